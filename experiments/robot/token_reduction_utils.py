@@ -1,0 +1,47 @@
+"""Token reduction for OpenVLA policies: the public API that robot code imports.
+
+    from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla
+    vla = apply_token_reduction_to_vla(vla, method="topk_magnitude", reduction_ratio=0.5)
+    action = vla.predict_action(**inputs, unnorm_key="bridge_orig", do_sample=False)
+
+Everything here is a re-export of :mod:`prismatic_tr`; see its modules for the details.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods
+from prismatic_tr.vla import (
+    ReductionHandle,
+    TokenReductionSettings,
+    apply_50_percent_topk_reduction,
+    apply_token_reduction_from_config,
+    apply_token_reduction_to_vla,
+    get_token_reduction,
+    monkey_patch_vision_backbone_with_reduction,
+    remove_token_reduction,
+)
+
+
+def benchmark_token_reduction(vla: Any, sample_inputs: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Time and compare a whole policy step per method x ratio; see :func:`prismatic_tr.bench.policy.benchmark_token_reduction`."""
+    from prismatic_tr.bench.policy import benchmark_token_reduction as _benchmark
+
+    return _benchmark(vla, sample_inputs, **kwargs)
+
+
+__all__ = [
+    "ReducerConfig",
+    "ReductionHandle",
+    "TokenReducer",
+    "TokenReductionSettings",
+    "apply_50_percent_topk_reduction",
+    "apply_token_reduction_from_config",
+    "apply_token_reduction_to_vla",
+    "available_methods",
+    "benchmark_token_reduction",
+    "get_token_reduction",
+    "monkey_patch_vision_backbone_with_reduction",
+    "remove_token_reduction",
+]

@@ -1,0 +1,21 @@
+"""Pure tensor token reduction ``(B, N, D) -> (B, K, D)``; knows nothing about any model.
+
+Strategies (registered by name): ``topk_magnitude``, ``spatial_pool``, ``attention_score``, ``random``.
+"""
+
+from prismatic_tr.reducers import strategies  # noqa: F401  (registers the built-in strategies)
+from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput, infer_grid, num_kept
+from prismatic_tr.reducers.registry import Strategy, available_methods, get_strategy, register_strategy
+from prismatic_tr.reducers.token_reducer import TokenReducer
+
+__all__ = [
+    "ReducerConfig",
+    "ReductionOutput",
+    "Strategy",
+    "TokenReducer",
+    "available_methods",
+    "get_strategy",
+    "infer_grid",
+    "num_kept",
+    "register_strategy",
+]

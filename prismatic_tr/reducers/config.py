@@ -1,0 +1,106 @@
+"""Configuration and result types shared by every reduction strategy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+
+def num_kept(n_patch: int, ratio: float) -> int:
+    """Number of patch tokens kept: ``max(1, round(ratio * n_patch))``."""
+    return max(1, int(round(ratio * n_patch)))
+
+
+def infer_grid(n_patch: int) -> tuple[int, int]:
+    """Square grid ``(side, side)`` for ``n_patch`` tokens; ``ValueError`` if ``n_patch`` is not a square."""
+    side = math.isqrt(n_patch)
+    if side * side != n_patch:
+        raise ValueError(
+            f"cannot infer a square patch grid from {n_patch} patch tokens; pass grid_size=(rows, cols) "
+            f"with rows * cols == {n_patch}"
+        )
+    return side, side
+
+
+class ReductionOutput(NamedTuple):
+    """What a reducer returns.
+
+    tokens:  (B, P + K, D) prefix tokens first (unchanged), then the K reduced patch tokens.
+    indices: (B, K) int64 patch indices (0-based among the patch tokens, ascending) of the kept tokens;
+             for ``spatial_pool`` the index of each window's top-left patch.
+    """
+
+    tokens: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass
+class ReducerConfig:
+    """Settings of a :class:`~prismatic_tr.reducers.TokenReducer`.
+
+    Attributes:
+        method: strategy name, one of :func:`~prismatic_tr.reducers.available_methods`.
+        reduction_ratio: fraction of patch tokens KEPT, in (0, 1]; K = max(1, round(ratio * N_patch)).
+            ``spatial_pool`` ignores it: its kept fraction is 1 / spatial_merge_size**2.
+        spatial_merge_size: window and stride of ``spatial_pool`` (>= 1).
+        num_prefix_tokens: leading tokens (CLS, registers) that are never reduced and stay first (>= 0).
+        grid_size: (rows, cols) of the patch grid for ``spatial_pool``; inferred from N (square) when None.
+        pad: ``spatial_pool`` only: allow a grid the window does not divide (edge windows average fewer patches).
+        seed: seed of the ``random`` strategy.
+    """
+
+    method: str = "topk_magnitude"
+    reduction_ratio: float = 0.5
+    spatial_merge_size: int = 2
+    num_prefix_tokens: int = 0
+    grid_size: tuple[int, int] | None = None
+    pad: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from prismatic_tr.reducers.registry import available_methods
+
+        if self.method not in available_methods():
+            raise ValueError(f"unknown reduction method {self.method!r}; allowed: {', '.join(available_methods())}")
+        ratio = self.reduction_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0.0 < float(ratio) <= 1.0):
+            raise ValueError(f"reduction_ratio={ratio!r} is not allowed; it is the fraction kept, in (0, 1]")
+        self.reduction_ratio = float(ratio)
+        if isinstance(self.spatial_merge_size, bool) or not isinstance(self.spatial_merge_size, int) \
+                or self.spatial_merge_size < 1:
+            raise ValueError(f"spatial_merge_size={self.spatial_merge_size!r} is not allowed; use an integer >= 1")
+        if not isinstance(self.num_prefix_tokens, int) or self.num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens={self.num_prefix_tokens!r} is not allowed; use an integer >= 0")
+        if self.grid_size is not None:
+            self.grid_size = _check_grid(self.grid_size)
+            if self.method == "spatial_pool":
+                check_grid_fits(self.grid_size, self.spatial_merge_size, self.pad)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict (grid as a list)."""
+        d = asdict(self)
+        d["grid_size"] = list(self.grid_size) if self.grid_size is not None else None
+        return d
+
+
+def _check_grid(grid: Any) -> tuple[int, int]:
+    try:
+        rows, cols = (int(v) for v in grid)
+    except (TypeError, ValueError):
+        raise ValueError(f"grid_size={grid!r} is not allowed; use (rows, cols) with positive integers") from None
+    if rows < 1 or cols < 1:
+        raise ValueError(f"grid_size={grid!r} is not allowed; use (rows, cols) with positive integers")
+    return rows, cols
+
+
+def check_grid_fits(grid: tuple[int, int], merge: int, pad: bool) -> None:
+    """``ValueError`` if a ``merge`` x ``merge`` window does not divide ``grid`` and padding was not asked for."""
+    rows, cols = grid
+    if not pad and (rows % merge or cols % merge):
+        raise ValueError(
+            f"spatial_merge_size={merge} does not divide the {rows}x{cols} patch grid; "
+            f"use a merge size that divides both sides or pass pad=True"
+        )

@@ -1,0 +1,30 @@
+"""Token reduction between an OpenVLA vision backbone and its projector: locate, attach, remove, persist."""
+
+from prismatic_tr.vla.attach import (
+    ReductionHandle,
+    apply_token_reduction_from_config,
+    apply_token_reduction_to_vla,
+    attach_token_reduction,
+    get_token_reduction,
+    remove_token_reduction,
+)
+from prismatic_tr.vla.quick import apply_50_percent_topk_reduction, monkey_patch_vision_backbone_with_reduction
+from prismatic_tr.vla.locate import BackboneInfo, find_vision_backbone, unwrap_vla
+from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
+
+__all__ = [
+    "CONFIG_KEY",
+    "BackboneInfo",
+    "ReductionHandle",
+    "TokenReductionSettings",
+    "apply_50_percent_topk_reduction",
+    "apply_token_reduction_from_config",
+    "apply_token_reduction_to_vla",
+    "attach_token_reduction",
+    "find_vision_backbone",
+    "get_token_reduction",
+    "monkey_patch_vision_backbone_with_reduction",
+    "read_settings",
+    "remove_token_reduction",
+    "unwrap_vla",
+]

@@ -1,0 +1,88 @@
+"""Find the vision backbone of an OpenVLA model, through PEFT, DDP and ``torch.compile`` wrappers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+# (attribute path from the object handed in, what it is) in search order; listed in the error message.
+_WRAPPER_PATHS: tuple[tuple[str, str], ...] = (
+    ("", "the model itself (HF OpenVLA remote code or native prismatic)"),
+    ("module", "DistributedDataParallel / DataParallel"),
+    ("_orig_mod", "torch.compile"),
+    ("base_model.model", "peft.PeftModel"),
+)
+_MAX_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    """Where the reduction goes.
+
+    model: the innermost VLA (the object that owns ``vision_backbone``), unwrapped.
+    backbone: ``model.vision_backbone``; its output (B, N, D) feeds ``model.projector``.
+    style: ``"hf"`` (OpenVLA remote code / reference model: ``featurizer`` and ``get_num_patches()``) or
+        ``"prismatic"`` (native prismatic: a ``num_patches`` property).
+    """
+
+    model: nn.Module
+    backbone: nn.Module
+    style: str
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for name in path.split(".") if path else []:
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def unwrap_vla(vla: nn.Module) -> nn.Module:
+    """The innermost object that owns ``vision_backbone``; ``ValueError`` if there is none."""
+    obj: Any = vla
+    for _ in range(_MAX_DEPTH):
+        if isinstance(getattr(obj, "vision_backbone", None), nn.Module):
+            return obj
+        inner = next((_get_path(obj, p) for p, _ in _WRAPPER_PATHS[1:] if _get_path(obj, p) is not None), None)
+        if inner is None or inner is obj:
+            break
+        obj = inner
+    looked = "; ".join(f"{(p + '.') if p else ''}vision_backbone ({what})" for p, what in _WRAPPER_PATHS)
+    raise ValueError(
+        f"Unable to locate vision_backbone in {type(vla).__name__}: looked for {looked}, "
+        f"nested up to {_MAX_DEPTH} wrappers deep"
+    )
+
+
+def find_vision_backbone(vla: nn.Module) -> BackboneInfo:
+    """Locate the backbone and tell which flavour of OpenVLA model holds it."""
+    model = unwrap_vla(vla)
+    backbone = model.vision_backbone
+    style = "prismatic" if hasattr(type(backbone), "num_patches") and not hasattr(backbone, "get_num_patches") \
+        else "hf"
+    return BackboneInfo(model=model, backbone=backbone, style=style)
+
+
+def original_num_patches(backbone: nn.Module) -> int | None:
+    """Patch tokens the backbone emits without reduction, read from the backbone's own class or featurizer."""
+    cls = getattr(backbone, "_prismatic_tr_original_class", type(backbone))
+    if callable(getattr(cls, "get_num_patches", None)):
+        return int(cls.get_num_patches(backbone))
+    prop = getattr(cls, "num_patches", None)
+    if isinstance(prop, property):
+        return int(prop.fget(backbone))
+    if isinstance(getattr(backbone, "num_patches", None), int):
+        return int(backbone.num_patches)
+    embed = getattr(getattr(backbone, "featurizer", None), "patch_embed", None)
+    n = getattr(embed, "num_patches", None)
+    return int(n) if n is not None else None
+
+
+def patch_grid(backbone: nn.Module) -> tuple[int, int] | None:
+    """(rows, cols) of the featurizer's patch grid when timm exposes it, else None (inferred later)."""
+    embed = getattr(getattr(backbone, "featurizer", None), "patch_embed", None)
+    grid = getattr(embed, "grid_size", None)
+    return (int(grid[0]), int(grid[1])) if grid is not None else None

@@ -1,0 +1,213 @@
+"""Property tests of every reduction strategy over shapes, ratios, dtypes, batch sizes and prefixes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept
+
+SELECTING = ["topk_magnitude", "attention_score", "random"]
+METHODS = SELECTING + ["spatial_pool"]
+# (batch, patch tokens, channels, prefix tokens)
+SHAPES = [(1, 256, 2176, 0), (2, 256, 1152, 0), (3, 196, 32, 1), (2, 64, 16, 5)]
+RATIOS = [0.1, 0.25, 0.5, 0.75]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def make(method: str, ratio: float = 0.5, prefix: int = 0, **kw) -> TokenReducer:
+    return TokenReducer(method=method, reduction_ratio=ratio, num_prefix_tokens=prefix, **kw)
+
+
+def features(b: int, n: int, d: int, p: int, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, p + n, d, generator=g).to(dtype)
+
+
+def test_registry_lists_the_four_strategies():
+    assert available_methods() == sorted(METHODS)
+
+
+@pytest.mark.parametrize("method,shape,ratio", list(itertools.product(METHODS, SHAPES, RATIOS)))
+def test_shape_prefix_and_rows(method, shape, ratio):
+    b, n, d, p = shape
+    x = features(b, n, d, p)
+    reducer = make(method, ratio, p)
+    res = reducer.reduce(x)
+    expected_k = num_kept(n, ratio) if method != "spatial_pool" else (int(n**0.5) // 2) ** 2
+    assert res.tokens.shape == (b, p + expected_k, d)
+    assert reducer.output_tokens(p + n) == p + expected_k
+    assert torch.equal(res.tokens[:, :p], x[:, :p]), "prefix tokens must pass through unchanged, first"
+    assert res.indices.shape == (b, expected_k) and res.indices.dtype == torch.int64
+    assert bool((res.indices[:, 1:] > res.indices[:, :-1]).all()), "kept tokens must stay in ascending order"
+    if method in SELECTING:
+        rows = torch.stack([x[i, p:][res.indices[i]] for i in range(b)])
+        assert torch.equal(res.tokens[:, p:], rows), "selected tokens must be input rows"
+
+
+@pytest.mark.parametrize("method,dtype", list(itertools.product(METHODS, DTYPES)))
+def test_dtype_and_device_preserved(method, dtype):
+    x = features(2, 256, 64, 0, dtype)
+    out = make(method)(x)
+    assert out.dtype == dtype and out.device == x.device
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ratio_one_is_identity(method):
+    x = features(2, 256, 32, 1)
+    reducer = make(method, 1.0, 1, spatial_merge_size=1)
+    out = reducer(x)
+    assert out.shape == x.shape and torch.equal(out, x)
+
+
+@pytest.mark.parametrize("method", ["topk_magnitude", "attention_score", "spatial_pool"])
+def test_batch_rows_are_reduced_independently(method):
+    x = features(4, 256, 48, 0)
+    reducer = make(method, 0.25)
+    full = reducer(x)
+    for i in range(4):
+        assert torch.equal(full[i : i + 1], reducer(x[i : i + 1]))
+
+
+def test_random_is_reproducible_fresh_per_call_and_per_row():
+    x = features(2, 256, 8, 0)
+    a, b = make("random", seed=3), make("random", seed=3)
+    first, second = a.reduce(x).indices, a.reduce(x).indices
+    assert torch.equal(first, b.reduce(x).indices), "same seed, same first draw"
+    assert not torch.equal(first, second), "a fresh draw per call"
+    assert not torch.equal(first[0], first[1]), "each row draws its own subset"
+    a.reseed()
+    assert torch.equal(a.reduce(x).indices, first), "reseed restarts the sequence"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_gradients_flow_to_kept_features(method):
+    x = features(2, 64, 16, 1).requires_grad_(True)
+    reducer = make(method, 0.5, 1)
+    res = reducer.reduce(x)
+    res.tokens.sum().backward()
+    grad = x.grad
+    assert torch.equal(grad[:, 0], torch.ones_like(grad[:, 0])), "prefix gets its gradient"
+    if method in SELECTING:
+        kept = torch.zeros(2, 64, dtype=torch.bool).scatter_(1, res.indices, True)
+        assert bool((grad[:, 1:][kept] == 1).all()) and bool((grad[:, 1:][~kept] == 0).all())
+    else:
+        assert torch.allclose(grad[:, 1:], torch.full_like(grad[:, 1:], 0.25))
+
+
+def test_topk_magnitude_keeps_largest_norms():
+    x = torch.zeros(1, 16, 4)
+    big = torch.tensor([13, 2, 7, 9])
+    x[0, big] = torch.arange(1.0, 5.0)[:, None] * 10
+    x[0] += 0.01 * torch.randn(16, 4)
+    res = make("topk_magnitude", 0.25).reduce(x)
+    assert res.indices.tolist() == [sorted(big.tolist())]
+
+
+def test_attention_score_keeps_tokens_aligned_with_the_mean():
+    d = torch.zeros(8)
+    d[0] = 1.0
+    x = torch.randn(1, 20, 8) * 0.1
+    aligned = [3, 11, 17]
+    x[0, aligned] += 5 * d
+    x[0, :, 0] += 0.5  # the mean leans towards d
+    res = make("attention_score", 3 / 20).reduce(x)
+    assert res.indices.tolist() == [aligned]
+
+
+@pytest.mark.parametrize("grid,merge,pad", [((16, 16), 2, False), ((16, 16), 4, False), ((16, 16), 3, True),
+                                            ((6, 10), 2, False), ((5, 7), 2, True)])
+def test_spatial_pool_matches_window_means(grid, merge, pad):
+    rows, cols = grid
+    x = features(2, rows * cols, 6, 0)
+    res = make("spatial_pool", spatial_merge_size=merge, grid_size=grid, pad=pad).reduce(x)
+    g = x.reshape(2, rows, cols, 6)
+    expected, starts = [], []
+    for r in range(0, rows, merge):
+        for c in range(0, cols, merge):
+            expected.append(g[:, r : r + merge, c : c + merge].mean(dim=(1, 2)))
+            starts.append(r * cols + c)
+    torch.testing.assert_close(res.tokens, torch.stack(expected, 1))
+    assert res.indices[0].tolist() == starts
+
+
+def test_spatial_pool_is_avg_pool_on_256_patches():
+    x = features(1, 256, 4, 0)
+    out = make("spatial_pool", spatial_merge_size=2)(x)
+    ref = F.avg_pool2d(x.reshape(1, 16, 16, 4).permute(0, 3, 1, 2), 2).flatten(2).transpose(1, 2)
+    assert out.shape == (1, 64, 4)
+    torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"method": "median"}, "unknown reduction method 'median'"),
+        ({"reduction_ratio": 0.0}, r"reduction_ratio=0.0 .*\(0, 1\]"),
+        ({"reduction_ratio": 1.5}, r"reduction_ratio=1.5"),
+        ({"reduction_ratio": -0.2}, r"reduction_ratio=-0.2"),
+        ({"reduction_ratio": "half"}, r"reduction_ratio='half'"),
+        ({"spatial_merge_size": 0}, r"spatial_merge_size=0"),
+        ({"num_prefix_tokens": -1}, r"num_prefix_tokens=-1"),
+        ({"method": "spatial_pool", "spatial_merge_size": 3, "grid_size": (16, 16)}, r"does not divide the 16x16"),
+        ({"grid_size": (0, 4)}, r"grid_size=\(0, 4\)"),
+    ],
+)
+def test_bad_configuration_fails_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TokenReducer(ReducerConfig(**kwargs))
+
+
+def test_bad_shapes_say_what_is_wrong():
+    with pytest.raises(ValueError, match="not a square|cannot infer"):
+        make("spatial_pool")(torch.randn(1, 250, 4))
+    with pytest.raises(ValueError, match=r"\(B, N, D\)"):
+        make("topk_magnitude")(torch.randn(256, 4))
+    with pytest.raises(ValueError, match="no patch tokens"):
+        make("topk_magnitude", prefix=4)(torch.randn(1, 4, 8))
+
+
+# Aten ops that copy a device value to the host (a sync) or produce data-dependent shapes.
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive",
+            "item", "is_nonzero", "equal", "allclose"}
+
+
+VIEW_OPS = {"view", "_unsafe_view", "slice", "select", "transpose", "t", "permute", "unsqueeze", "squeeze",
+            "expand", "alias", "detach"}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_no_host_syncs_and_few_ops(method):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func._schema.name.split("::")[-1])
+            return func(*args, **(kwargs or {}))
+
+    reducer = make(method, 0.5, 1)
+    x = features(2, 256, 64, 1)
+    with Recorder() as rec:
+        reducer(x)
+    assert not SYNC_OPS & set(rec.ops), f"host-sync ops on the forward path: {sorted(SYNC_OPS & set(rec.ops))}"
+    launching = [op for op in rec.ops if op not in VIEW_OPS]
+    assert len(launching) <= 9, launching
+
+
+@pytest.mark.parametrize("method", ["topk_magnitude", "attention_score", "spatial_pool"])
+def test_compiles_without_graph_breaks(method):
+    if not hasattr(torch, "_dynamo"):
+        pytest.skip("torch._dynamo missing")
+    import torch._dynamo as dynamo
+
+    reducer = make(method, 0.5)
+    x = features(1, 256, 32, 0)
+    explanation = dynamo.explain(reducer)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
