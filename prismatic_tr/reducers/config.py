@@ -10,8 +10,8 @@ import torch
 
 
 def num_kept(n_patch: int, ratio: float) -> int:
-    """Number of patch tokens kept: ``max(1, round(ratio * n_patch))``."""
-    return max(1, int(round(ratio * n_patch)))
+    """Number of patch tokens kept: ``max(1, round(ratio * n_patch))``, rounding halves up (10.5 -> 11)."""
+    return max(1, math.floor(ratio * n_patch + 0.5))
 
 
 def infer_grid(n_patch: int) -> tuple[int, int]:

@@ -167,7 +167,15 @@ def remove_token_reduction(vla: nn.Module) -> bool:
 
 
 def apply_token_reduction_from_config(vla: nn.Module) -> ReductionHandle | None:
-    """Re-apply the settings saved in ``vla.config.token_reduction`` (e.g. after ``from_pretrained``)."""
+    """Re-apply the settings saved in ``vla.config.token_reduction`` (e.g. after ``from_pretrained``).
+
+    Returns the handle, or None when the config holds no settings. Removing this handle sets
+    ``config.token_reduction`` to None, so a model saved afterwards loads without reduction.
+    """
     info = find_vision_backbone(vla)
     settings = read_settings(getattr(info.model, "config", None))
-    return attach_token_reduction(vla, settings) if settings is not None else None
+    if settings is None:
+        return None
+    handle = attach_token_reduction(vla, settings)
+    handle._saved_config = None  # the config described this reduction: removing it clears the record
+    return handle

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (see setup_env.sh) and run the main job: the policy-step benchmark on the default model.
+# Extra arguments go to vla_scripts/benchmark.py (e.g. --preset tiny).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+STACK=${STACK:-newest}
+VENV=${VENV:-$([[ $STACK == openvla ]] && echo .venv-openvla || echo .venv)}
+"$VENV/bin/python" vla_scripts/benchmark.py "$@"

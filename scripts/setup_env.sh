@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create a virtual environment and install prismatic_tr with every extra into it.
+#   STACK=newest  (default) the newest releases from the registry
+#   STACK=openvla OpenVLA's pins (torch 2.2.0, timm 0.9.10, transformers 4.40.1, ...): constraints/openvla.txt
+#   VENV=path     where the environment goes (default .venv, or .venv-openvla for STACK=openvla)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STACK=${STACK:-newest}
+case "$STACK" in
+  newest) VENV=${VENV:-.venv}; constraints=() ;;
+  openvla) VENV=${VENV:-.venv-openvla}; constraints=(-c constraints/openvla.txt) ;;
+  *) echo "STACK=$STACK is not allowed; use newest or openvla" >&2; exit 2 ;;
+esac
+if ! command -v uv >/dev/null 2>&1; then
+  python3 -m pip install -q --disable-pip-version-check uv
+fi
+if [[ ! -x "$VENV/bin/python" ]]; then
+  uv venv -q -p python3 "$VENV"
+fi
+VIRTUAL_ENV="$VENV" uv pip install -q -e ".[all]" "${constraints[@]}"
+echo "installed prismatic_tr ($STACK stack) into $VENV"
