@@ -1,0 +1,133 @@
+"""Checkpoints: adapter, merged model (+ processor, statistics, reduction settings), trainer state; resume.
+
+Layout of one checkpoint directory (``run_dir/checkpoints/latest`` or ``run_dir/checkpoints/step_000100``)::
+
+    config.json, model.safetensors        merged model; config holds norm_stats and token_reduction
+    tokenizer files, preprocessor_config  the processor
+    dataset_statistics.json               OpenVLA format
+    adapter/                              peft adapter (or under --adapter_tmp_dir/<exp_id>/<name>)
+    trainer_state.pt                      {"step", "optimizer", "adapter_dir", "exp_id"}
+
+Merging never needs a second copy of the model on an accelerator: rank 0 loads a fresh copy of the base
+weights on the CPU, loads the saved adapter into it, merges (``merge_and_unload``) and saves. The directory
+is written under a temporary name and renamed into place, so a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.data.statistics import save_dataset_statistics
+from prismatic_tr.training.config import FinetuneConfig
+from prismatic_tr.training.model import load_base, set_token_reduction
+
+STATE_FILE = "trainer_state.pt"
+
+
+def checkpoint_name(cfg: FinetuneConfig, step: int) -> str:
+    return "latest" if cfg.save_latest_checkpoint_only else f"step_{step:06d}"
+
+
+def set_norm_stats(vla: nn.Module, stats: dict[str, Any]) -> None:
+    """Add ``stats`` ({dataset: {"action": ...}}) to the model's norm_stats (attribute and config)."""
+    merged = dict(getattr(vla, "norm_stats", None) or getattr(vla.config, "norm_stats", None) or {})
+    merged.update(stats)
+    vla.norm_stats = merged
+    vla.config.norm_stats = merged
+
+
+def merge_on_cpu(cfg: FinetuneConfig, adapter_dir: Path, dtype: torch.dtype) -> nn.Module:
+    """Fresh base weights on the CPU + the saved adapter, merged into plain Linear layers."""
+    from peft import PeftModel
+
+    base, _ = load_base(cfg.vla_path, dtype=dtype, device="cpu")
+    set_token_reduction(base, cfg.token_reduction)
+    return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+
+
+def _write_merged(
+    cfg: FinetuneConfig, model: nn.Module, processor: Any, stats: dict[str, Any], out: Path,
+    adapter_dir: Path | None, dtype: torch.dtype,
+) -> None:
+    if cfg.use_lora:
+        merged = merge_on_cpu(cfg, adapter_dir, dtype=dtype)  # type: ignore[arg-type]
+    else:
+        merged = model
+    set_norm_stats(merged, stats)
+    merged.save_pretrained(str(out))
+    processor.save_pretrained(str(out))
+    save_dataset_statistics(stats, out)
+
+
+def save_checkpoint(
+    cfg: FinetuneConfig,
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    processor: Any,
+    stats: dict[str, Any],
+    merge_dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write one checkpoint (call on rank 0 only, with the unwrapped model); returns its directory.
+
+    ``merge_dtype``: dtype of the fresh CPU copy the adapter is merged into (the training dtype).
+    """
+    name = checkpoint_name(cfg, step)
+    final = run_dir / "checkpoints" / name
+    tmp = run_dir / "checkpoints" / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    adapter_dir: Path | None = None
+    if cfg.use_lora:
+        adapter_root = Path(cfg.adapter_tmp_dir) / cfg.exp_id() if cfg.adapter_tmp_dir else None
+        adapter_dir = (adapter_root / name) if adapter_root else (tmp / "adapter")
+        shutil.rmtree(adapter_dir, ignore_errors=True)
+        model.save_pretrained(str(adapter_dir))
+    _write_merged(cfg, model, processor, stats, tmp, adapter_dir, merge_dtype)
+    final_adapter = (final / "adapter") if adapter_dir == tmp / "adapter" else adapter_dir
+    state = {"step": step, "optimizer": optimizer.state_dict(), "exp_id": cfg.exp_id(),
+             "adapter_dir": str(final_adapter) if final_adapter else None}
+    torch.save(state, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
+
+
+def load_trainer_state(checkpoint_dir: Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint; ValueError if ``checkpoint_dir`` is not one."""
+    path = Path(checkpoint_dir) / STATE_FILE
+    if not path.is_file():
+        raise ValueError(f"resume_from={str(checkpoint_dir)!r} is not a checkpoint of this script (no {STATE_FILE})")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def restore(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: FinetuneConfig, checkpoint_dir: Path) -> int:
+    """Load adapter (or full weights) and optimizer state from ``checkpoint_dir``; returns the step reached."""
+    state = load_trainer_state(checkpoint_dir)
+    if cfg.use_lora:
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        adapter = next((Path(p) for p in (state.get("adapter_dir"), Path(checkpoint_dir) / "adapter")
+                        if p and Path(p).is_dir()), None)
+        if adapter is None:
+            raise ValueError(f"the adapter of checkpoint {checkpoint_dir} is missing ({state.get('adapter_dir')})")
+        try:
+            result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device="cpu"))
+        except RuntimeError as err:  # size mismatch: another lora_rank or model
+            raise ValueError(f"resume_from={str(checkpoint_dir)!r} does not match this run's model/LoRA: {err}") from err
+        unexpected = list(getattr(result, "unexpected_keys", []))
+        if unexpected:
+            raise ValueError(f"adapter in {adapter} does not match the model: unexpected keys {unexpected[:3]}")
+    else:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(Path(checkpoint_dir) / "model.safetensors")), strict=True)
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])

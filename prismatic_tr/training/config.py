@@ -1,0 +1,139 @@
+"""Fine-tuning configuration: OpenVLA's ``FinetuneConfig`` fields plus a nested token-reduction config.
+
+Both dataclasses validate in ``__post_init__`` (ValueError naming the bad value and what is allowed), so a
+bad command line fails before any model or data is touched. Checks that need the disk (dataset, vla_path)
+live in :mod:`prismatic_tr.training.preflight`.
+"""
+
+# No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+QUANTIZATION_BITS = (4, 8)
+
+
+@dataclass
+class TokenReductionConfig:
+    """Visual token reduction applied during fine-tuning (and saved with every checkpoint).
+
+    ``method`` None (default) trains without reduction; otherwise one of ``prismatic_tr.reducers``'
+    registered methods (e.g. "topk_magnitude", "spatial_pool", "random").
+    """
+
+    method: str | None = None           # None = no reduction
+    reduction_ratio: float = 0.5        # fraction of patch tokens kept
+    spatial_merge_size: int = 2         # window side for spatial methods
+    keep_cls_token: bool = True         # protect prefix tokens (CLS, registers) if the backbone emits them
+    seed: int = 0                       # for random selection methods
+
+    def __post_init__(self) -> None:
+        if self.method is not None and str(self.method).lower() in ("", "none", "null"):
+            self.method = None
+        self.settings()  # validates method / ratio / merge size via prismatic_tr.vla
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None
+
+    def settings(self) -> Any:
+        """The ``prismatic_tr.vla.TokenReductionSettings`` for this config, or None when disabled."""
+        if self.method is None:
+            return None
+        from prismatic_tr.vla import TokenReductionSettings
+
+        return TokenReductionSettings(
+            method=self.method,
+            reduction_ratio=self.reduction_ratio,
+            spatial_merge_size=self.spatial_merge_size,
+            keep_cls_token=self.keep_cls_token,
+            seed=self.seed,
+        )
+
+
+@dataclass
+class FinetuneConfig:
+    # fmt: off
+    vla_path: str = "openvla/openvla-7b"                    # checkpoint directory (reference model or HF OpenVLA)
+
+    # Directory paths
+    data_root_dir: Path = Path("datasets/open-x-embodiment")  # holds <dataset_name>/<version>/
+    dataset_name: str = "droid_wipe"                        # RLDS dataset to fine-tune on
+    split: str = "train"                                    # tfds split
+    run_root_dir: Path = Path("runs")                       # run directories (checkpoints, logs) go here
+    adapter_tmp_dir: Path | None = None                     # adapter weights here (default: <checkpoint>/adapter)
+    resume_from: Path | None = None                         # a checkpoint directory written by this script
+
+    # Fine-tuning parameters
+    batch_size: int = 16                                    # per-process batch size
+    max_steps: int = 200_000                                # optimizer steps
+    save_steps: int = 5000                                  # checkpoint interval (optimizer steps)
+    learning_rate: float = 5e-4                             # AdamW learning rate
+    weight_decay: float = 0.0                               # AdamW weight decay
+    grad_accumulation_steps: int = 1                        # micro-batches per optimizer step
+    image_aug: bool = False                                 # random resized crop + colour jitter
+    shuffle_buffer_size: int = 100_000                      # tf.data shuffle buffer (steps)
+    save_latest_checkpoint_only: bool = True                # overwrite one checkpoint instead of one per save
+    max_length: int | None = None                           # cut token sequences to this length (None: no cut)
+    seed: int = 7                                           # torch / shuffle seed (rank r uses seed + r)
+
+    # LoRA and quantization
+    use_lora: bool = True                                   # train LoRA adapters (else full fine-tuning)
+    lora_rank: int = 32                                     # rank; alpha = min(rank, 16)
+    lora_dropout: float = 0.0                               # dropout on the LoRA path
+    use_quantization: bool = False                          # load the base weights in 4/8 bit (needs LoRA)
+    quantization_bits: int = 4                              # 4 (nf4, as OpenVLA) or 8 (LLM.int8)
+
+    # Token reduction (no reduction by default)
+    token_reduction: TokenReductionConfig = field(default_factory=TokenReductionConfig)
+
+    # Logging
+    log_every: int = 10                                     # console log interval (optimizer steps)
+    use_wandb: bool = False                                 # log to Weights & Biases (imported only if True)
+    wandb_project: str = "openvla"                          # W&B project
+    wandb_entity: str | None = None                         # W&B entity
+    run_id_note: str | None = None                          # extra note appended to the run id
+    progress_bar: bool = True                               # tqdm bar on rank 0
+    # fmt: on
+
+    def __post_init__(self) -> None:
+        self.data_root_dir, self.run_root_dir = Path(self.data_root_dir), Path(self.run_root_dir)
+        for name in ("batch_size", "max_steps", "save_steps", "grad_accumulation_steps", "lora_rank", "log_every",
+                     "shuffle_buffer_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout={self.lora_dropout} must be in [0, 1)")
+        if self.use_quantization and not self.use_lora:
+            raise ValueError(
+                "use_quantization=True needs use_lora=True: quantized base weights cannot be trained directly; "
+                "pass --use_lora true or drop --use_quantization"
+            )
+        if self.quantization_bits not in QUANTIZATION_BITS:
+            raise ValueError(f"quantization_bits={self.quantization_bits} is not allowed; use one of {QUANTIZATION_BITS}")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(f"max_length={self.max_length} must be >= 2 or None")
+        if isinstance(self.token_reduction, dict):
+            self.token_reduction = TokenReductionConfig(**self.token_reduction)
+
+    @property
+    def lora_alpha(self) -> int:
+        return min(self.lora_rank, 16)
+
+    def exp_id(self) -> str:
+        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+<reduction>]."""
+        parts = [Path(str(self.vla_path)).name, self.dataset_name, f"b{self.batch_size * self.grad_accumulation_steps}",
+                 f"lr-{self.learning_rate}"]
+        if self.use_lora:
+            parts.append(f"lora-r{self.lora_rank}+dropout-{self.lora_dropout}")
+        if self.use_quantization:
+            parts.append(f"q-{self.quantization_bits}bit")
+        if self.token_reduction.enabled:
+            parts.append(f"tr-{self.token_reduction.method}-{self.token_reduction.reduction_ratio}")
+        if self.run_id_note:
+            parts.append(self.run_id_note)
+        return "+".join(parts)

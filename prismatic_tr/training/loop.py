@@ -1,0 +1,245 @@
+"""The fine-tuning loop, split into helpers: data loader, one forward with metrics, one optimizer step, run.
+
+``finetune(cfg)`` is what ``vla_scripts/finetune.py`` calls. Every check (config, dataset, model, batch)
+runs before the first step; only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from prismatic_tr.data import ActionPromptTransform, ImageAugmentation, PaddedCollator, RLDSIterableDataset
+from prismatic_tr.data.rlds import RLDSSource
+from prismatic_tr.data.statistics import save_dataset_statistics
+from prismatic_tr.models import ActionTokenizer
+from prismatic_tr.training import checkpoint as ckpt
+from prismatic_tr.training.config import FinetuneConfig
+from prismatic_tr.training.distributed import DistInfo, barrier, broadcast_object, cleanup, init_distributed
+from prismatic_tr.training.metrics import action_metrics
+from prismatic_tr.training.model import (
+    build_training_model,
+    prompt_suffix_ids,
+    trainable_parameters,
+    wrap_ddp,
+)
+from prismatic_tr.training.preflight import DataPlan, check_vla_path, plan_data
+
+logger = logging.getLogger("prismatic_tr.training")
+
+
+@dataclass
+class TrainResult:
+    """What a run did: one record per optimizer step (floats), the run and last checkpoint directories."""
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    run_dir: Path | None = None
+    last_checkpoint: Path | None = None
+    start_step: int = 0
+
+
+def vla_info(vla: nn.Module, processor: Any) -> tuple[int, int, int]:
+    """(unpadded vocab size, number of action bins, pad token id) of a loaded VLA."""
+    vocab = int(getattr(vla, "vocab_size", None) or processor.tokenizer.vocab_size)
+    n_bins = int(getattr(vla.config, "n_action_bins", 256))
+    pad = processor.tokenizer.pad_token_id
+    return vocab, n_bins, int(pad if pad is not None else vla.config.pad_token_id)
+
+
+def build_loader(cfg: FinetuneConfig, plan: DataPlan, vla: nn.Module, processor: Any, info: DistInfo, seed: int) -> DataLoader:
+    """Infinite DataLoader of padded batches for this rank."""
+    vocab, n_bins, pad = vla_info(vla, processor)
+    transform = ActionPromptTransform(
+        processor, vocab, processor.tokenizer.eos_token_id, plan.stats[cfg.dataset_name]["action"], n_bins=n_bins,
+        image_aug=ImageAugmentation() if cfg.image_aug else None, prompt_suffix_ids=prompt_suffix_ids(vla),
+    )
+    dataset = RLDSIterableDataset(
+        plan.source, transform, train=True, shuffle_buffer_size=cfg.shuffle_buffer_size,
+        rank=info.rank, world_size=info.world_size, seed=seed,
+    )
+    return DataLoader(dataset, batch_size=cfg.batch_size, num_workers=0,
+                      collate_fn=PaddedCollator(pad, max_length=cfg.max_length))
+
+
+def forward_with_metrics(
+    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, action_tokenizer: ActionTokenizer
+) -> dict[str, torch.Tensor]:
+    """One forward (bf16 autocast on a GPU) -> {"loss", "action_accuracy", "action_l1"} as tensors.
+
+    The logits are sliced with ``projector_features.shape[1]``, the real (possibly reduced) visual token count.
+    """
+    use_bf16 = device.type == "cuda"
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        out = model(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+            pixel_values=batch["pixel_values"].to(device, torch.bfloat16 if use_bf16 else torch.float32),
+            labels=batch["labels"].to(device),
+        )
+    metrics = action_metrics(out.logits, batch["labels"].to(device), out.projector_features.shape[1], action_tokenizer)
+    return {"loss": out.loss, **metrics}
+
+
+def optimizer_step(
+    model: nn.Module,
+    batches: Iterator[dict[str, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    grad_accumulation_steps: int,
+    device: torch.device,
+    action_tokenizer: ActionTokenizer,
+) -> dict[str, torch.Tensor]:
+    """``grad_accumulation_steps`` micro-batches, one AdamW step; returns the mean metrics (detached tensors).
+
+    Under DDP, gradients are synchronised only on the last micro-batch (``no_sync`` before).
+    """
+    totals: dict[str, torch.Tensor] = {}
+    for micro in range(grad_accumulation_steps):
+        last = micro == grad_accumulation_steps - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer)
+            (metrics["loss"] / grad_accumulation_steps).backward()
+        for k, v in metrics.items():
+            totals[k] = totals.get(k, 0.0) + v.detach().float() / grad_accumulation_steps
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return totals
+
+
+def _init_wandb(cfg: FinetuneConfig, info: DistInfo) -> Any:
+    if not (cfg.use_wandb and info.is_main):
+        return None
+    import wandb
+
+    return wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, name=cfg.exp_id(), config=asdict(cfg))
+
+
+def _log(records: list[dict[str, torch.Tensor]], step: int, elapsed: float, result: TrainResult, run: Any) -> None:
+    """Turn pending metric tensors into floats (one host sync per log interval), log, append to history."""
+    per_step = elapsed / max(len(records), 1)
+    for i, rec in enumerate(records):
+        row = {k: float(v) for k, v in rec.items()}
+        row.update(step=float(step - len(records) + i + 1), step_time_s=per_step)
+        result.history.append(row)
+    last = result.history[-1]
+    logger.info("step %d  loss %.4f  action_acc %.3f  action_l1 %.4f  %.2f s/step",
+                step, last["loss"], last["action_accuracy"], last["action_l1"], per_step)
+    if run is not None:
+        run.log({k: v for k, v in last.items() if k != "step"}, step=step)
+
+
+@dataclass
+class Session:
+    """Everything a run needs, built (and validated) before the first step."""
+
+    cfg: FinetuneConfig
+    info: DistInfo
+    plan: DataPlan
+    model: nn.Module          # what is trained (PeftModel or VLA), DDP-wrapped when world_size > 1
+    inner: nn.Module          # the same, without DDP (saving)
+    vla: nn.Module            # the underlying VLA (config, vocabulary)
+    processor: Any
+    optimizer: torch.optim.Optimizer
+    action_tokenizer: ActionTokenizer
+    run_dir: Path
+    start_step: int
+
+
+def prepare(cfg: FinetuneConfig, info: DistInfo) -> Session:
+    """All checks and setup: vla_path, data, statistics, batch size, model, optimizer, resume."""
+    check_vla_path(cfg.vla_path)
+    plan = _shared_plan(cfg, info)
+    torch.manual_seed(cfg.seed + info.rank)
+    dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
+    inner, processor, vla = build_training_model(cfg, info.device, dtype)
+    optimizer = torch.optim.AdamW(trainable_parameters(inner), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    start = ckpt.restore(inner, optimizer, cfg, Path(cfg.resume_from)) if cfg.resume_from else 0
+    vocab, n_bins, _ = vla_info(vla, processor)
+    run_dir = Path(cfg.run_root_dir) / cfg.exp_id()
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_dataset_statistics(plan.stats, run_dir)
+        _dump_config(cfg, run_dir)
+    model = wrap_ddp(inner, info.device, info.world_size)
+    return Session(cfg, info, plan, model, inner, vla, processor, optimizer, ActionTokenizer(vocab, n_bins),
+                   run_dir, start)
+
+
+def _shared_plan(cfg: FinetuneConfig, info: DistInfo) -> DataPlan:
+    """Rank 0 validates the data and computes statistics once; other ranks reuse them, or fail with rank 0."""
+    if info.world_size == 1:
+        return plan_data(cfg, 1)
+    plan, err = None, None
+    if info.is_main:
+        try:
+            plan = plan_data(cfg, info.world_size)
+        except ValueError as exc:
+            err = str(exc)
+    stats, err = broadcast_object((plan.stats if plan else None, err), info)
+    if err is not None:
+        raise ValueError(err)
+    if plan is not None:
+        return plan
+    source = RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split)
+    return DataPlan(source, stats, int(stats[cfg.dataset_name]["num_transitions"]))
+
+
+def _dump_config(cfg: FinetuneConfig, run_dir: Path) -> None:
+    import draccus
+
+    with open(run_dir / "config.yaml", "w") as f:
+        draccus.dump(cfg, f)
+
+
+def run(session: Session) -> TrainResult:
+    """Train from ``session.start_step`` to ``cfg.max_steps``, logging and checkpointing on rank 0."""
+    from tqdm import tqdm
+
+    cfg, info = session.cfg, session.info
+    result = TrainResult(run_dir=session.run_dir, start_step=session.start_step)
+    loader = build_loader(cfg, session.plan, session.vla, session.processor, info, cfg.seed + session.start_step)
+    batches, wandb_run = iter(loader), _init_wandb(cfg, info)
+    pending: list[dict[str, torch.Tensor]] = []
+    bar = tqdm(total=cfg.max_steps, initial=session.start_step, disable=not (info.is_main and cfg.progress_bar))
+    tick = time.perf_counter()
+    for step in range(session.start_step + 1, cfg.max_steps + 1):
+        metrics = optimizer_step(session.model, batches, session.optimizer, cfg.grad_accumulation_steps,
+                                 info.device, session.action_tokenizer)
+        if info.is_main:
+            pending.append(metrics)
+        bar.update(1)
+        if info.is_main and (step % cfg.log_every == 0 or step == cfg.max_steps):
+            _log(pending, step, time.perf_counter() - tick, result, wandb_run)
+            pending, tick = [], time.perf_counter()
+        if step % cfg.save_steps == 0 or step == cfg.max_steps:
+            saved_at = time.perf_counter()
+            if info.is_main:
+                result.last_checkpoint = ckpt.save_checkpoint(
+                    cfg, session.run_dir, step, session.inner, session.optimizer, session.processor,
+                    session.plan.stats, merge_dtype=session.vla.dtype,
+                )
+                logger.info("saved checkpoint %s", result.last_checkpoint)
+            barrier(info)
+            tick += time.perf_counter() - saved_at
+    bar.close()
+    if wandb_run is not None:
+        wandb_run.finish()
+    return result
+
+
+def finetune(cfg: FinetuneConfig) -> TrainResult:
+    """Run a fine-tuning job (single process, or one rank under torchrun)."""
+    info = init_distributed()
+    try:
+        return run(prepare(cfg, info))
+    finally:
+        cleanup(info)

@@ -1,0 +1,109 @@
+"""Building the model to train: load, (quantize), attach token reduction, wrap with LoRA, wrap with DDP."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.models import load_vla
+from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
+from prismatic_tr.training.quantization import quantize_linears
+from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
+
+logger = logging.getLogger(__name__)
+
+# The real OpenVLA's predict_action appends Llama-2's empty token after "Out:"; training must match.
+HF_OPENVLA_PROMPT_SUFFIX = (29871,)
+
+
+def load_base(vla_path: str, dtype: torch.dtype, device: str | torch.device = "cpu") -> tuple[nn.Module, Any]:
+    """``load_vla`` with every failure turned into a ValueError that names ``vla_path``."""
+    try:
+        return load_vla(str(vla_path), dtype=dtype, device=device)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"cannot load vla_path={str(vla_path)!r}: {err}") from err
+
+
+def prompt_suffix_ids(vla: nn.Module) -> tuple[int, ...]:
+    """Token ids appended after the prompt at inference (none for the reference model)."""
+    return HF_OPENVLA_PROMPT_SUFFIX if getattr(vla.config, "model_type", "") == "openvla" else ()
+
+
+def set_token_reduction(vla: nn.Module, cfg: TokenReductionConfig) -> None:
+    """Attach ``cfg``'s reduction to ``vla`` (settings land in ``vla.config.token_reduction``), or remove any."""
+    settings = cfg.settings()
+    if settings is None:
+        if get_token_reduction(vla) is not None or getattr(vla.config, "token_reduction", None):
+            logger.info("token_reduction.method is None: dropping the reduction the checkpoint carried")
+            remove_token_reduction(vla)
+            vla.config.token_reduction = None
+        return
+    apply_token_reduction_to_vla(vla, **settings.to_dict())
+
+
+def all_linear_names(model: nn.Module) -> list[str]:
+    """peft's ``target_modules="all-linear"`` for any nn.Module: every Linear except the output embeddings.
+
+    (peft accepts "all-linear" only for ``PreTrainedModel``; the reference model is a plain module.)
+    """
+    get_out = getattr(model, "get_output_embeddings", None)
+    out_emb = get_out() if callable(get_out) else None
+    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m is not out_emb]
+
+
+def add_lora(vla: nn.Module, cfg: FinetuneConfig) -> nn.Module:
+    """Wrap ``vla`` with LoRA adapters (rank ``cfg.lora_rank``, alpha min(rank, 16), gaussian init)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import PreTrainedModel
+
+    targets: Any = "all-linear" if isinstance(vla, PreTrainedModel) else all_linear_names(vla)
+    lora_cfg = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+        init_lora_weights="gaussian",
+    )
+    return get_peft_model(vla, lora_cfg)
+
+
+def build_training_model(
+    cfg: FinetuneConfig, device: torch.device, dtype: torch.dtype
+) -> tuple[nn.Module, Any, nn.Module]:
+    """Load ``cfg.vla_path`` and prepare it for training.
+
+    Returns:
+        (model to train: PeftModel or the VLA itself, processor, the underlying VLA).
+    Order: load on the CPU -> quantize (optional) -> move to ``device`` -> token reduction -> LoRA.
+    """
+    vla, processor = load_base(cfg.vla_path, dtype=dtype, device="cpu")
+    if cfg.use_quantization:
+        names = quantize_linears(vla, cfg.quantization_bits, device, compute_dtype=dtype)
+        logger.info("quantized %d Linear layers to %d bit", len(names), cfg.quantization_bits)
+        for p in vla.parameters():
+            p.requires_grad_(False)
+    vla.to(device)
+    set_token_reduction(vla, cfg.token_reduction)
+    model = add_lora(vla, cfg) if cfg.use_lora else vla
+    if not cfg.use_lora:
+        for p in vla.parameters():
+            p.requires_grad_(True)
+    model.train()
+    return model, processor, vla
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """DDP wrapper when ``world_size > 1`` (unused parameters allowed: e.g. SigLIP's unused pooling head)."""
+    if world_size <= 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(model, device_ids=ids, find_unused_parameters=True, gradient_as_bucket_view=True)

@@ -1,0 +1,67 @@
+"""Checks run before any training starts, so bad input fails fast with a message naming the problem.
+
+Covered here (config-level checks live in ``FinetuneConfig.__post_init__``): the dataset directory, split
+and step keys; the resume checkpoint; the vla_path; and whether a batch fits the data.
+
+Batch rule: the data are sharded step-wise over the processes, so each process sees about
+``num_transitions // world_size`` steps; ``batch_size`` must not exceed that, or every batch would hold
+the same steps more than once. (Training repeats the data, so steps beyond one pass are fine.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prismatic_tr.data.rlds import RLDSSource
+from prismatic_tr.data.statistics import compute_dataset_statistics, load_dataset_statistics
+from prismatic_tr.training.checkpoint import load_trainer_state
+from prismatic_tr.training.config import FinetuneConfig
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass
+class DataPlan:
+    source: RLDSSource
+    stats: dict[str, Any]             # OpenVLA-format dataset statistics
+    num_transitions: int
+
+
+def check_vla_path(vla_path: str) -> None:
+    """A local checkpoint directory with config.json, or a hub id (owner/name)."""
+    path = Path(str(vla_path))
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise ValueError(f"vla_path={str(vla_path)!r} is not a checkpoint directory (needs config.json)")
+        return
+    if not (_HUB_ID.match(str(vla_path)) and not os.path.isabs(str(vla_path))):
+        raise ValueError(f"vla_path={str(vla_path)!r} does not exist and is not a Hugging Face model id (owner/name)")
+
+
+def check_batch_fits(batch_size: int, world_size: int, num_transitions: int) -> None:
+    per_rank = num_transitions // world_size
+    if batch_size > per_rank:
+        raise ValueError(
+            f"batch_size={batch_size} does not fit: the split has {num_transitions} steps, "
+            f"{per_rank} per process with {world_size} process(es); use batch_size <= {max(per_rank, 1)}"
+            + (" or fewer processes" if world_size > 1 else "")
+        )
+
+
+def plan_data(cfg: FinetuneConfig, world_size: int) -> DataPlan:
+    """Open and validate the dataset, get its statistics (from the resume checkpoint or the data), check batch."""
+    source = RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split)
+    stats: dict[str, Any] | None = None
+    if cfg.resume_from is not None:
+        load_trainer_state(Path(cfg.resume_from))
+        saved = load_dataset_statistics(Path(cfg.resume_from))
+        stats = saved if cfg.dataset_name in saved else None
+    if stats is None:
+        stats = compute_dataset_statistics(cfg.dataset_name, source.iter_actions(), source.num_episodes)
+    n = int(stats[cfg.dataset_name]["num_transitions"])
+    check_batch_fits(cfg.batch_size, world_size, n)
+    return DataPlan(source, stats, n)

@@ -1,0 +1,60 @@
+"""LoRA fine-tuning of an OpenVLA-style model on an RLDS dataset, optionally with visual token reduction.
+
+    python vla_scripts/finetune.py --vla_path <checkpoint dir> --data_root_dir <dir> --dataset_name <name> \\
+        --token_reduction.method topk_magnitude --token_reduction.reduction_ratio 0.5
+    torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
+
+Every check (arguments, dataset directory / split / keys, vla_path, batch size, quantization) runs before
+training; a failure prints ``error: <reason>`` and exits with status 2. Checkpoints go to
+``<run_root_dir>/<exp_id>/checkpoints/{latest|step_N}``; load one with ``prismatic_tr.models.load_vla`` and
+re-apply its reduction with ``prismatic_tr.vla.apply_token_reduction_from_config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import torch  # noqa: F401  (torch before tensorflow, always)
+
+from prismatic_tr.training import FinetuneConfig, finetune
+
+EXIT_BAD_INPUT = 2
+
+
+def parse(argv: Sequence[str] | None) -> FinetuneConfig:
+    """Parse the command line into a validated FinetuneConfig (ValueError on bad values)."""
+    import draccus
+
+    try:
+        return draccus.parse(config_class=FinetuneConfig, args=list(argv) if argv is not None else None)
+    except ValueError:
+        raise
+    except Exception as exc:  # draccus wraps errors raised while decoding / in __post_init__
+        cause = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            nxt = cause.__cause__ or cause.__context__
+            if isinstance(nxt, ValueError):
+                raise nxt from None
+            cause = nxt
+        raise ValueError(str(exc)) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, validate and train; returns the exit status (0 ok, 2 bad input)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        cfg = parse(argv)
+        result = finetune(cfg)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if result.last_checkpoint is not None:
+        print(f"checkpoint: {result.last_checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
