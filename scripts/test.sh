@@ -2,6 +2,8 @@
 # Set up (see setup_env.sh) and run the whole test suite on the CPU. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Let Python cache compiled modules: without it every process recompiles torch._dynamo (~15 s each).
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup_env.sh
 STACK=${STACK:-newest}
 VENV=${VENV:-$([[ $STACK == openvla ]] && echo .venv-openvla || echo .venv)}

@@ -1,0 +1,80 @@
+"""Sweep baseline vs token-reduced ViT over input sizes x batch sizes; CSV, markdown tables and a plot.
+
+    python vla_scripts/sweep.py --model topk_deit_base_patch16_224 --keep_rate 0.1 --reduction_loc 3 6 9 \\
+        --input_sizes 224 448 --batch_sizes 1 2 4 8 16 --device cpu --out_dir benchmarks/results/vit/sweep_cpu
+
+Writes ``sweep.csv`` (appended row by row; rerunning the same command resumes), ``sweep.md`` (one
+``Batch Size | Baseline TP | TR TP | Speedup | Better?`` table per input size, with what the reduction adds
+per location) and ``speedup.png`` (speedup against token count, break-even marked). Bad flags exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from prismatic_tr.bench.speed import DTYPES
+from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
+from vla_scripts.speed_test import add_flag
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_flag(p, "model", default="topk_deit_base_patch16_224", help="timm name with a method prefix")
+    add_flag(p, "keep_rate", type=float, default=None, help="default 0.1 unless --r is given")
+    add_flag(p, "reduction_loc", type=int, nargs="+", default=None, help="default 3 6 9 with --keep_rate")
+    add_flag(p, "r", type=int, default=None)
+    add_flag(p, "input_sizes", type=int, nargs="+", default=[224, 448])
+    add_flag(p, "batch_sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    add_flag(p, "warmup", type=int, default=3)
+    add_flag(p, "repeats", type=int, default=10, help="timed calls per model and cell (interleaved)")
+    add_flag(p, "device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_flag(p, "dtype", default="float32", choices=sorted(DTYPES))
+    add_flag(p, "compile", action="store_true")
+    add_flag(p, "cuda_graph", action="store_true")
+    add_flag(p, "profile", action="store_true", help="add torch.profiler columns (ops, launches, device vs wall ms)")
+    add_flag(p, "threads", type=int, default=None)
+    add_flag(p, "out_dir", type=Path, default=None, help="default benchmarks/results/vit/sweep_<model>_<device>")
+    add_flag(p, "no_progress", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    keep_rate, loc = args.keep_rate, args.reduction_loc
+    if args.r is None and keep_rate is None:
+        keep_rate = 0.1
+    if keep_rate is not None and loc is None:
+        loc = [3, 6, 9]
+    return SweepConfig(model=args.model, keep_rate=keep_rate, reduction_loc=loc, r=args.r,
+                       input_sizes=args.input_sizes, batch_sizes=args.batch_sizes, warmup=args.warmup,
+                       repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
+                       cuda_graph=args.cuda_graph, profile=args.profile)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
+    try:
+        cfg = config_from_args(args)
+        out = args.out_dir or Path("benchmarks/results/vit") / f"sweep_{cfg.model}_{cfg.device}_{cfg.mode}"
+        rows = run_sweep(cfg, csv_path=out / "sweep.csv", progress=not args.no_progress)
+    except ValueError as err:
+        parser.error(str(err))
+    table = markdown_tables(rows)
+    (out / "sweep.md").write_text(f"# {cfg.model} on {cfg.device} ({cfg.dtype}, {cfg.mode})\n\n{table}")
+    plot_speedup(rows, out / "speedup.png", title=f"{cfg.model}, {cfg.device}, {cfg.mode}")
+    print(table)
+    print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'speedup.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
