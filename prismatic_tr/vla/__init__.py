@@ -8,8 +8,11 @@ from prismatic_tr.vla.attach import (
     get_token_reduction,
     remove_token_reduction,
 )
-from prismatic_tr.vla.quick import apply_50_percent_topk_reduction, monkey_patch_vision_backbone_with_reduction
 from prismatic_tr.vla.locate import BackboneInfo, find_vision_backbone, unwrap_vla
+from prismatic_tr.vla.quick import (
+    apply_50_percent_topk_reduction,
+    monkey_patch_vision_backbone_with_reduction,
+)
 from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
 
 __all__ = [

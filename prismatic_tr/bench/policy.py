@@ -1,0 +1,217 @@
+"""Policy-step benchmark: latency per phase, speedup against its Amdahl bound, MACs, memory and fidelity
+of one OpenVLA control step, unreduced and with each token-reduction setting.
+
+>>> records = benchmark_token_reduction(vla, processor(prompt, image, return_tensors="pt"),
+...                                     methods=["topk_magnitude", "spatial_pool"], ratios=[0.5])
+>>> records[1]["speedup"], records[1]["ideal_speedup"], records[1]["action_token_agreement"]
+
+Method of measurement (see :mod:`prismatic_tr.bench.policy_step` for what one step is):
+
+* Timing: every setting runs ``warmup`` untimed steps, then ``num_runs`` timed rounds in which all
+  settings run once each, the baseline among them, in alternating order (A B C, C B A, ...) so that drift
+  of the machine cancels. Phases are timed with :class:`prismatic_tr.bench.timing.Timer` (CUDA events on a
+  GPU, ``perf_counter`` on a CPU); ``*_ms`` is the median over runs, ``*_ms_p10`` / ``*_ms_p90`` the
+  spread; ``total_ms`` is the median of the per-run totals.
+* The vision phase runs ``vision_backbone.forward`` (unreduced features) and the reducer phase runs the
+  attached reducer on them, so the two are timed apart; the reduction is attached with
+  :func:`prismatic_tr.vla.apply_token_reduction_to_vla` for the whole of each setting's fidelity check.
+* ``ideal_speedup`` (Amdahl): the baseline's measured phase medians rescaled by token counts - the
+  projector by K / N, the prefill by (T + K) / (T + N) (T = text and BOS tokens, linear in sequence
+  length), vision and decode unchanged (decode attends over a cache shorter by N - K entries; treated as
+  zero, though on the cpu-bench preset decode measured 10-16% faster at K = 128 / 64, so the bound is
+  conservative), and the reducer free. ``efficiency`` = speedup /
+  ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone.
+* MACs per phase (:func:`prismatic_tr.bench.flops.count_macs`: matmul-like ops, one multiply-add = 1 MAC),
+  reported in GMACs per step (the whole batch).
+* ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU there
+  is no per-step allocator peak, so it is None.
+* Fidelity against the unreduced model on the same inputs, through the model's own ``generate`` and
+  ``predict_action``: ``action_token_agreement`` (fraction of the B x A greedy action tokens equal),
+  ``action_mae`` (mean |delta| of the un-normalised actions), ``first_token_kl`` (KL(base || reduced) of
+  the first action token's distribution, nats).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from prismatic_tr.bench.policy_measure import (
+    ModelAnswer,
+    check_device,
+    fidelity,
+    model_answer,
+    model_state,
+    phase_macs,
+    pick_unnorm_key,
+    restore_model_state,
+    step_peak_memory_mb,
+)
+from prismatic_tr.bench.policy_settings import POOL_METHOD, Setting, build_settings
+from prismatic_tr.bench.policy_step import PHASES, PolicyStep, StepInputs, prepare_inputs, timed_call
+from prismatic_tr.bench.timing import Timer, summarize
+from prismatic_tr.vla import (
+    apply_token_reduction_to_vla,
+    get_token_reduction,
+    remove_token_reduction,
+    unwrap_vla,
+)
+
+
+def _timed_rounds(
+    step: PolicyStep, reducers: list[nn.Module | None], num_runs: int, warmup: int, device: torch.device,
+    progress: bool,
+) -> list[dict[str, list[float]]]:
+    """Warm-up, then ``num_runs`` interleaved rounds; ``[{phase: [ms per run]}]`` per setting."""
+    from tqdm.auto import tqdm
+
+    timers = [Timer(device) for _ in reducers]
+    order = list(range(len(reducers)))
+    bar = tqdm(total=(warmup + num_runs) * len(reducers), desc="policy benchmark", disable=not progress,
+               leave=False)
+    for _ in range(warmup):
+        for i in order:
+            step.run(reducers[i])
+            bar.update()
+    for r in range(num_runs):
+        for i in order if r % 2 == 0 else order[::-1]:
+            timers[i].start()
+            step.run(reducers[i], timed_call(timers[i]))
+            timers[i].stop()
+            bar.update()
+    bar.close()
+    return [t.results() for t in timers]
+
+
+def _timing_fields(samples: dict[str, list[float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in (*PHASES, "total"):
+        stats = summarize(samples[name])
+        out[f"{name}_ms"] = stats["median"]
+        out[f"{name}_ms_p10"] = stats["p10"]
+        out[f"{name}_ms_p90"] = stats["p90"]
+    return out
+
+
+def add_speedup_fields(records: list[dict], text_tokens: int) -> None:
+    """Fill ``speedup``, ``prefill_speedup``, ``prefill_ideal_speedup``, ``prefill_efficiency``,
+    ``ideal_speedup``, ``efficiency`` and ``reducer_pct_of_vision`` of every record in place, against the
+    baseline ``records[0]`` (which needs the ``{phase}_ms`` medians, ``total_ms`` and ``num_patches``).
+
+    Ideal (Amdahl) total for K visual tokens out of N, T text tokens, baseline medians V, P, F, D:
+    ``V + P * K / N + F * (T + K) / (T + N) + D`` (reducer free); ``ideal_speedup`` = (V + P + F + D) / that.
+    """
+    base = records[0]
+    n_in = base["num_patches"]
+    base_sum = base["vision_ms"] + base["projector_ms"] + base["prefill_ms"] + base["decode_ms"]
+    for rec in records:
+        k = rec["num_patches"]
+        prefill_ideal = (text_tokens + n_in) / (text_tokens + k)
+        ideal_total = (base["vision_ms"] + base["projector_ms"] * k / n_in + base["prefill_ms"] / prefill_ideal
+                       + base["decode_ms"])
+        rec["speedup"] = base["total_ms"] / rec["total_ms"]
+        rec["prefill_speedup"] = base["prefill_ms"] / rec["prefill_ms"]
+        rec["prefill_ideal_speedup"] = prefill_ideal
+        rec["prefill_efficiency"] = rec["prefill_speedup"] / prefill_ideal
+        rec["ideal_speedup"] = base_sum / ideal_total
+        rec["efficiency"] = rec["speedup"] / rec["ideal_speedup"]
+        rec["reducer_pct_of_vision"] = 100.0 * rec["reducer_ms"] / rec["vision_ms"]
+
+
+def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, reducer: nn.Module | None,
+                    base: ModelAnswer, unnorm_key: str) -> dict:
+    """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs, memory, fidelity."""
+    if reducer is not None:
+        reducer.reseed()
+    out, macs = phase_macs(step, reducer)
+    n_in, k = out.shapes["vision_features_shape"][1], out.shapes["reduced_features_shape"][1]
+    pool = s.method == POOL_METHOD
+    rec: dict = {
+        "method": s.method, "reduction_ratio": k / n_in if pool else s.reduction_ratio,
+        "spatial_merge_size": s.spatial_merge_size if pool else None, "num_patches": k, "num_patches_in": n_in,
+        "tokens_kept": k / n_in, "seq_len": out.seq_len, "batch_size": out.shapes["pixel_values_shape"][0],
+        **out.shapes, **macs,
+    }
+    rec.update(step_peak_memory_mb(step, reducer))
+    answer = base if s.is_baseline else model_answer(vla, step.inputs, unnorm_key, step.num_action_tokens, reducer)
+    rec.update(fidelity(base, answer, out.tokens))
+    return rec
+
+
+def benchmark_token_reduction(
+    vla: nn.Module,
+    sample_inputs: dict[str, torch.Tensor],
+    methods: Sequence[str] = ("topk_magnitude", "attention_score", "random", "spatial_pool"),
+    ratios: Sequence[float] = (0.75, 0.5, 0.25),
+    spatial_merge_size: int | Sequence[int] = 2,
+    num_runs: int = 10,
+    warmup: int = 2,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    unnorm_key: str | None = None,
+    num_action_tokens: int | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Benchmark one control step of ``vla`` unreduced and under each reduction setting.
+
+    Args:
+        vla: OpenVLA-style model (reference, HF remote code or wrapped); left exactly as it was found
+            (any reduction already attached is detached for the run and put back after).
+        sample_inputs: processor outputs: ``input_ids`` (B, L), ``attention_mask`` (B, L),
+            ``pixel_values`` (B, C, H, W).
+        methods, ratios, spatial_merge_size: the settings, see :func:`build_settings`.
+        num_runs: timed rounds (every setting once per round); warmup: untimed rounds first.
+        device: where the model lives (default: its parameters' device); must match the model.
+        unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).
+        num_action_tokens: action tokens decoded per step (default: the model's ``get_action_dim``, 7).
+        seed: seed of the ``random`` strategy.
+
+    Returns:
+        One dict per setting, baseline first; fields are described in the module docstring.
+    """
+    if isinstance(num_runs, bool) or not isinstance(num_runs, int) or num_runs < 1:
+        raise ValueError(f"num_runs={num_runs!r} is not allowed; use an integer >= 1")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup={warmup!r} is not allowed; use an integer >= 0")
+    settings = build_settings(methods, ratios, spatial_merge_size)
+    dev = check_device(vla, device)
+    unnorm_key = pick_unnorm_key(vla, unnorm_key)
+    if num_action_tokens is None:
+        get_dim = getattr(unwrap_vla(vla), "get_action_dim", None)
+        num_action_tokens = int(get_dim(unnorm_key)) if callable(get_dim) else 7
+    saved = model_state(vla)
+    try:
+        remove_token_reduction(vla)
+        with torch.no_grad():  # not inference_mode: FlopCounterMode counts nothing there on torch 2.2
+            return _run(vla, settings, prepare_inputs(vla, sample_inputs, dev), dev, num_runs, warmup, progress,
+                        unnorm_key, num_action_tokens, seed)
+    finally:
+        restore_model_state(vla, saved)
+
+
+def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch.device, num_runs: int,
+         warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int) -> list[dict]:
+    step = PolicyStep(vla, inputs, num_action_tokens)
+    base = model_answer(vla, inputs, unnorm_key, num_action_tokens)
+    n_in = step.vision().shape[1]
+    reducers: list[nn.Module | None] = []
+    records: list[dict] = []
+    for s in settings:
+        reducer = None
+        if not s.is_baseline:
+            apply_token_reduction_to_vla(vla, s.method, s.reduction_ratio, s.spatial_merge_size, seed=seed)
+            reducer = get_token_reduction(vla).reducer_for(n_in)
+        try:
+            records.append(_setting_record(vla, step, s, reducer, base, unnorm_key))
+        finally:
+            remove_token_reduction(vla)
+        reducers.append(reducer)
+    samples = _timed_rounds(step, reducers, num_runs, warmup, dev, progress)
+    for rec, smp in zip(records, samples, strict=True):
+        rec.update(_timing_fields(smp))
+        rec.update(num_runs=num_runs, warmup=warmup, device=str(dev),
+                   dtype=str(inputs.pixel_values.dtype).replace("torch.", ""))
+    add_speedup_fields(records, text_tokens=records[0]["seq_len"] - records[0]["num_patches"])
+    return records

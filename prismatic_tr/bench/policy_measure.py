@@ -1,0 +1,126 @@
+"""Untimed measurements of the policy-step benchmark: MACs and memory per step, fidelity against the
+unreduced model, and saving/restoring the model's state around a benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from prismatic_tr.bench.policy_step import PHASES, PolicyStep, StepInputs, StepOutput, counted_call
+from prismatic_tr.eval import kl_divergence, top1_agreement
+from prismatic_tr.vla import TokenReductionSettings, attach_token_reduction, get_token_reduction, unwrap_vla
+
+
+@dataclass
+class SavedState:
+    """What a benchmark may touch: each module's train/eval flag and the attached reduction (if any)."""
+
+    training: dict[nn.Module, bool]
+    reduction: TokenReductionSettings | None
+
+
+def model_state(vla: nn.Module) -> SavedState:
+    handle = get_token_reduction(vla)
+    return SavedState({m: m.training for m in vla.modules()}, handle.settings if handle is not None else None)
+
+
+def restore_model_state(vla: nn.Module, saved: SavedState) -> None:
+    """Put back train/eval flags and the reduction found before the benchmark (none if there was none)."""
+    handle = get_token_reduction(vla)
+    if handle is not None:
+        handle.remove()
+    if saved.reduction is not None:
+        attach_token_reduction(vla, saved.reduction)
+    for module, flag in saved.training.items():
+        module.training = flag
+
+
+def check_device(vla: nn.Module, device: torch.device | str | None) -> torch.device:
+    """The model's device; ``ValueError`` if ``device`` is given and differs (move the model first)."""
+    model_dev = next(unwrap_vla(vla).parameters()).device
+    if device is None:
+        return model_dev
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device={device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:0')") from err
+    if dev.type != model_dev.type or (dev.index is not None and dev != model_dev):
+        raise ValueError(f"device={device!r} but the model is on {model_dev}; move the model there first")
+    return model_dev
+
+
+def pick_unnorm_key(vla: nn.Module, unnorm_key: str | None) -> str:
+    """``unnorm_key`` if the model has statistics for it, else the first key; ``ValueError`` otherwise."""
+    stats = getattr(unwrap_vla(vla), "norm_stats", None) or {}
+    if unnorm_key is None and stats:
+        return next(iter(stats))
+    if unnorm_key not in stats:
+        raise ValueError(f"unnorm_key={unnorm_key!r} is not in the model's norm_stats; allowed: {sorted(stats)}")
+    return unnorm_key
+
+
+def phase_macs(step: PolicyStep, reducer: nn.Module | None) -> tuple[StepOutput, dict[str, float]]:
+    """Run one step counting MACs per phase; returns the step's output and ``{phase}_gmacs`` + total."""
+    macs: dict[str, int] = {}
+    out = step.run(reducer, counted_call(macs))
+    fields = {f"{p}_gmacs": macs[p] / 1e9 for p in PHASES}
+    fields["total_gmacs"] = sum(macs.values()) / 1e9
+    return out, fields
+
+
+def step_peak_memory_mb(step: PolicyStep, reducer: nn.Module | None) -> dict[str, float | None]:
+    """CUDA: ``peak_memory_mb`` = max allocated during one step (weights included), ``step_memory_mb`` =
+    that peak minus what was allocated before the step. CPU: both None (no per-step allocator peak)."""
+    dev = step.inputs.pixel_values.device
+    if dev.type != "cuda":
+        return {"peak_memory_mb": None, "step_memory_mb": None}
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    step.run(reducer)
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev)
+    return {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20}
+
+
+@dataclass
+class ModelAnswer:
+    """The model's own answer on the inputs: action-token logits (B, A, V) float32 on the CPU, greedy
+    action tokens (B, A), and un-normalised actions (B, action_dim)."""
+
+    logits: torch.Tensor
+    tokens: torch.Tensor
+    actions: np.ndarray
+
+
+def model_answer(vla: nn.Module, inputs: StepInputs, unnorm_key: str, num_action_tokens: int,
+                 reducer: nn.Module | None = None) -> ModelAnswer:
+    """``generate`` (greedy, logits kept) and ``predict_action`` of ``vla`` as it is (reduction attached
+    or not). A ``random`` reducer is reseeded before each call so both see the same draw."""
+    model = unwrap_vla(vla)
+    b = inputs.input_ids.shape[0]
+    if reducer is not None:
+        reducer.reseed()
+    gen = model.generate(inputs.input_ids, inputs.pixel_values, attention_mask=inputs.attention_mask,
+                         max_new_tokens=num_action_tokens, do_sample=False, return_logits=True)
+    if reducer is not None:
+        reducer.reseed()
+    actions = model.predict_action(input_ids=inputs.input_ids, pixel_values=inputs.pixel_values,
+                                   unnorm_key=unnorm_key, do_sample=False)
+    return ModelAnswer(gen.logits.float().cpu(), gen.sequences[:, -num_action_tokens:].cpu(),
+                       np.asarray(actions, dtype=np.float64).reshape(b, -1))
+
+
+def fidelity(base: ModelAnswer, other: ModelAnswer, step_tokens: torch.Tensor) -> dict[str, float]:
+    """Fidelity of ``other`` against ``base`` on the same inputs, and how often the benchmark's own step
+    (``step_tokens`` (B, A)) picked the same action tokens as the model's ``generate``."""
+    a = base.logits.shape[1]
+    return {
+        "action_token_agreement": top1_agreement(base.logits.flatten(0, 1), other.logits.flatten(0, 1)),
+        "action_mae": float(np.abs(base.actions - other.actions).mean()),
+        "first_token_kl": kl_divergence(base.logits[:, 0], other.logits[:, 0]),
+        "step_matches_generate": float((step_tokens.cpu() == other.tokens[:, :a]).double().mean()),
+    }

@@ -1,0 +1,147 @@
+"""Tables, CSV, JSON and a figure for the records of :func:`prismatic_tr.bench.policy.benchmark_token_reduction`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
+
+# (header, record key, format) of the printed table.
+_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("method", "method", "{}"),
+    ("keep", "reduction_ratio", "{:.3g}"),
+    ("tokens", "num_patches", "{}"),
+    ("total ms", "total_ms", "{:.1f}"),
+    ("p10-p90", "_total_spread", "{}"),
+    ("vision", "vision_ms", "{:.1f}"),
+    ("reducer", "reducer_ms", "{:.2f}"),
+    ("proj", "projector_ms", "{:.2f}"),
+    ("prefill", "prefill_ms", "{:.1f}"),
+    ("decode", "decode_ms", "{:.1f}"),
+    ("speedup", "speedup", "{:.3f}"),
+    ("ideal", "ideal_speedup", "{:.3f}"),
+    ("eff", "efficiency", "{:.3f}"),
+    ("prefill x", "prefill_speedup", "{:.3f}"),
+    ("prefill ideal", "prefill_ideal_speedup", "{:.3f}"),
+    ("GMACs", "total_gmacs", "{:.1f}"),
+    ("agree", "action_token_agreement", "{:.3f}"),
+    ("act MAE", "action_mae", "{:.4f}"),
+    ("KL tok1", "first_token_kl", "{:.4f}"),
+    ("peak MB", "peak_memory_mb", "{:.0f}"),
+)
+
+
+def _cell(rec: dict[str, Any], key: str, fmt: str) -> str:
+    if key == "_total_spread":
+        return f"{rec['total_ms_p10']:.1f}-{rec['total_ms_p90']:.1f}"
+    value = rec.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(value)
+
+
+def format_table(records: Sequence[dict[str, Any]]) -> str:
+    """Fixed-width text table, one row per record (latencies are medians in ms)."""
+    rows = [[h for h, _, _ in _COLUMNS]] + [[_cell(r, k, f) for _, k, f in _COLUMNS] for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _flat(value: Any) -> Any:
+    """Shapes (lists) become ``"1x256x2176"`` in CSV cells."""
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(v) for v in value)
+    return "" if value is None else value
+
+
+def write_csv(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """One row per record; columns are the union of record keys in first-seen order."""
+    path = Path(path)
+    keys = list(dict.fromkeys(k for r in records for k in r))
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        for r in records:
+            writer.writerow({k: _flat(r.get(k)) for k in keys})
+    return path
+
+
+def write_json(records: Sequence[dict[str, Any]], path: str | Path, meta: dict[str, Any] | None = None) -> Path:
+    """``{"meta": {...}, "records": [...]}``, indented."""
+    path = Path(path)
+    path.write_text(json.dumps({"meta": meta or {}, "records": list(records)}, indent=2, default=str) + "\n")
+    return path
+
+
+def _by_method(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records[1:]:
+        groups.setdefault(r["method"], []).append(r)
+    return {m: sorted(rs, key=lambda r: r["tokens_kept"]) for m, rs in groups.items()}
+
+
+def _line_panel(ax: Any, records: Sequence[dict[str, Any]], key: str, ylabel: str, ideal: bool = False) -> None:
+    base = records[0]
+    for i, (method, rs) in enumerate(_by_method(records).items()):  # distinct markers: lines may coincide
+        xs = [r["tokens_kept"] for r in rs] + [1.0]
+        ax.plot(xs, [r[key] for r in rs] + [base[key]], marker="os^Dv"[i % 5], markersize=8 - i, alpha=0.85,
+                label=method)
+    if ideal:
+        pts = sorted({(r["tokens_kept"], r["ideal_speedup"]) for r in records})
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", label="ideal (Amdahl)")
+    ax.set_xlabel("fraction of visual tokens kept")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def _phase_bars(ax: Any, records: Sequence[dict[str, Any]]) -> None:
+    labels = [r["method"] if r["method"] == "none" else f"{r['method']}\n{r['tokens_kept']:.2f}" for r in records]
+    bottom = [0.0] * len(records)
+    for phase in PHASES:
+        vals = [r[f"{phase}_ms"] for r in records]
+        ax.bar(range(len(records)), vals, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_xticks(range(len(records)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.set_ylabel("median ms per step")
+    ax.legend(fontsize=7)
+
+
+def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """PNG: speedup (with the Amdahl bound), action-token agreement and action error against the
+    fraction of tokens kept, and a stacked bar of the phase medians of every setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
+    _line_panel(axes[0], records, "speedup", "end-to-end speedup (x)", ideal=True)
+    _line_panel(axes[1], records, "action_token_agreement", "action-token agreement")
+    _line_panel(axes[2], records, "action_mae", "mean |delta action| (un-normalised)")
+    axes[0].legend(fontsize=7)
+    _phase_bars(axes[3], records)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown_table(records: Sequence[dict[str, Any]]) -> str:
+    """The main columns as a GitHub markdown table (for a results README)."""
+    cols = [c for c in _COLUMNS if c[1] not in ("prefill_ms", "decode_ms", "projector_ms", "peak_memory_mb")]
+    head = "| " + " | ".join(h for h, _, _ in cols) + " |"
+    rule = "| " + " | ".join("---" for _ in cols) + " |"
+    body = ["| " + " | ".join(_cell(r, k, f) for _, k, f in cols) + " |" for r in records]
+    return "\n".join([head, rule, *body])

@@ -1,0 +1,170 @@
+"""One OpenVLA control step split into phases, so each phase can be timed or counted on its own.
+
+A step is: vision backbone (unreduced features) -> token reducer -> projector -> prefill (the language
+model over the multimodal prompt, filling a KV cache) -> greedy decode of the remaining action tokens.
+
+The language-model phases use the reference model's own generation code
+(:mod:`prismatic_tr.models.generation`, the same calls ``generate`` makes): the prefill yields the
+logits of the first action token, ``decode`` picks it greedily and runs ``num_action_tokens - 1``
+single-token cached forwards for the rest. The LM head sees the last position only. Nothing in the step
+syncs with the host: the greedy token stays on the device between forwards. Prompts must not be padded
+(one instruction for the whole batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from prismatic_tr.bench.flops import count_macs
+from prismatic_tr.bench.timing import Timer
+from prismatic_tr.models.generation import DecodeState, decode_loop
+from prismatic_tr.models.generation import prefill as lm_prefill
+from prismatic_tr.vla import unwrap_vla
+
+PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
+
+REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "generate", "predict_action")
+
+T = TypeVar("T")
+PhaseCall = Callable[[str, Callable[[], T]], T]
+
+
+@dataclass
+class StepInputs:
+    """Processor outputs on the model's device.
+
+    input_ids: (B, L) long; attention_mask: (B, L) long/bool; pixel_values: (B, C, H, W) in the
+    vision backbone's dtype (C = 6 for the fused DINOv2 + SigLIP backbone).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    pixel_values: torch.Tensor
+
+
+@dataclass
+class Prefilled:
+    """State after the prefill: logits of the first action token (B, V), the decode state (KV cache,
+    mask, positions) and the prompt length S = L + K."""
+
+    logits: torch.Tensor
+    state: DecodeState
+    seq_len: int
+
+
+@dataclass
+class StepOutput:
+    """Result of one step: action tokens (B, A), first-token logits (B, V), and the shapes met on the way."""
+
+    tokens: torch.Tensor
+    first_logits: torch.Tensor
+    shapes: dict[str, list[int]]
+    seq_len: int
+
+
+def prepare_inputs(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], device: torch.device) -> StepInputs:
+    """Move processor outputs to ``device`` and cast ``pixel_values`` to the backbone's dtype."""
+    missing = [k for k in ("input_ids", "pixel_values") if k not in sample_inputs]
+    if missing:
+        raise ValueError(f"sample_inputs lacks {missing}; pass processor outputs with input_ids, pixel_values")
+    model = unwrap_vla(vla)
+    dtype = next(model.vision_backbone.parameters()).dtype
+    ids = sample_inputs["input_ids"].to(device)
+    mask = sample_inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask.to(device)
+    if not bool(mask.bool().all()):  # checked once here, never on the timed path
+        raise ValueError("sample_inputs has a padded attention_mask; benchmark one instruction per batch")
+    return StepInputs(ids, mask, sample_inputs["pixel_values"].to(device=device, dtype=dtype))
+
+
+class PolicyStep:
+    """The phases of one control step of ``vla`` on fixed inputs.
+
+    Args:
+        vla: an OpenVLA-style model (``vision_backbone``, ``projector``, ``language_model``,
+            ``build_multimodal_inputs``), possibly wrapped (PEFT, DDP, ``torch.compile``).
+        inputs: the prompt and image(s), see :class:`StepInputs`.
+        num_action_tokens: tokens decoded per step (7 for OpenVLA).
+    """
+
+    def __init__(self, vla: nn.Module, inputs: StepInputs, num_action_tokens: int = 7) -> None:
+        if num_action_tokens < 1:
+            raise ValueError(f"num_action_tokens={num_action_tokens} is not allowed; use an integer >= 1")
+        self.model = unwrap_vla(vla)
+        missing = [a for a in REQUIRED_API if not callable(getattr(self.model, a, None))]
+        if missing:
+            raise ValueError(
+                f"{type(self.model).__name__} lacks {missing}: the policy benchmark needs the reference-model API "
+                f"({', '.join(REQUIRED_API)}); Hugging Face OpenVLA remote-code checkpoints are not supported yet"
+            )
+        self.inputs = inputs
+        self.num_action_tokens = num_action_tokens
+
+    def vision(self) -> torch.Tensor:
+        """Unreduced backbone features (B, N, D); ``forward`` bypasses the reduction hook."""
+        return self.model.vision_backbone.forward(self.inputs.pixel_values)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, K, D) -> (B, K, llm_dim)."""
+        return self.model.projector(features)
+
+    def prefill(self, projected: torch.Tensor) -> Prefilled:
+        """Language model over [BOS, visual tokens (K), text]: fills the cache; logits of action token 1."""
+        embeds, mask, _ = self.model.build_multimodal_inputs(
+            self.inputs.input_ids, self.inputs.attention_mask, projected
+        )
+        logits, state = lm_prefill(self.model.language_model, embeds, mask)
+        return Prefilled(logits, state, embeds.shape[1])
+
+    def decode(self, state: Prefilled) -> torch.Tensor:
+        """Greedy action tokens (B, A): token 1 from the prefill logits, then A - 1 cached forwards."""
+        tokens, _ = decode_loop(self.model.language_model, state.logits, state.state, self.num_action_tokens)
+        return tokens
+
+    def run(self, reducer: nn.Module | None, call: PhaseCall | None = None) -> StepOutput:
+        """One full step. ``call(name, fn)`` runs phase ``name`` as ``fn()`` and returns its result; use it
+        to time (``timed_call``) or count each phase. The default just calls ``fn()``."""
+        call = call or _plain_call
+        features = call("vision", self.vision)
+        reduced = call("reducer", (lambda: reducer(features)) if reducer is not None else (lambda: features))
+        projected = call("projector", lambda: self.project(reduced))
+        state = call("prefill", lambda: self.prefill(projected))
+        tokens = call("decode", lambda: self.decode(state))
+        shapes = {
+            "pixel_values_shape": list(self.inputs.pixel_values.shape),
+            "vision_features_shape": list(features.shape),
+            "reduced_features_shape": list(reduced.shape),
+            "projected_shape": list(projected.shape),
+            "action_tokens_shape": list(tokens.shape),
+        }
+        return StepOutput(tokens, state.logits, shapes, state.seq_len)
+
+
+def _plain_call(name: str, fn: Callable[[], T]) -> T:
+    return fn()
+
+
+def timed_call(timer: Timer) -> PhaseCall:
+    """A ``call`` for :meth:`PolicyStep.run` that times each phase with ``timer`` (between start/stop)."""
+
+    def call(name: str, fn: Callable[[], T]) -> T:
+        with timer.phase(name):
+            return fn()
+
+    return call
+
+
+def counted_call(macs: dict[str, int]) -> PhaseCall:
+    """A ``call`` for :meth:`PolicyStep.run` that stores each phase's MACs (``count_macs``) in ``macs``."""
+
+    def call(name: str, fn: Callable[[], T]) -> T:
+        box: list[T] = []
+        macs[name] = count_macs(lambda: box.append(fn()))
+        return box[0]
+
+    return call

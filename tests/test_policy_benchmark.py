@@ -1,0 +1,244 @@
+"""benchmark_token_reduction: record fields and their consistency, fidelity of the baseline, the model left
+untouched, bad arguments. Tiny reference model (random weights, fp32) on the CPU; timings never asserted."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from prismatic_tr.bench.policy import add_speedup_fields, benchmark_token_reduction, build_settings
+from prismatic_tr.bench.policy_report import format_table
+from prismatic_tr.bench.policy_step import PHASES
+from prismatic_tr.models import build_processor, build_prompt, build_vla
+from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
+
+METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
+RATIOS = [0.5, 0.25]
+TIMING_KEYS = [f"{p}_ms{s}" for p in (*PHASES, "total") for s in ("", "_p10", "_p90")]
+OTHER_KEYS = [
+    "method", "reduction_ratio", "num_patches", "num_patches_in", "seq_len", "pixel_values_shape",
+    "vision_features_shape", "reduced_features_shape", "projected_shape", "action_tokens_shape",
+    "speedup", "prefill_speedup", "ideal_speedup", "efficiency", "prefill_ideal_speedup", "peak_memory_mb",
+    "action_token_agreement", "action_mae", "first_token_kl", "total_gmacs",
+    *[f"{p}_gmacs" for p in PHASES],
+]
+
+# (method, requested ratio, tokens the LLM receives out of 256)
+TOKEN_CASES = [
+    ("topk_magnitude", 0.5, 128),
+    ("topk_magnitude", 0.25, 64),
+    ("attention_score", 0.5, 128),
+    ("random", 0.25, 64),
+    ("spatial_pool", 0.25, 64),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and a busy 2-core machine makes threaded runs crawl."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def make_inputs(vla, batch_size: int = 1, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    images = [Image.fromarray(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)) for _ in range(batch_size)]
+    prompt = build_prompt("pick up the red block")
+    return dict(build_processor(vla.config)([prompt] * batch_size, images, return_tensors="pt"))
+
+
+def model_fingerprint(vla, inputs: dict) -> tuple:
+    """Everything the benchmark could change: outputs, generated logits, state_dict, modes, reduction."""
+    with torch.no_grad():
+        logits = vla(**inputs).logits.clone()
+        gen = vla.generate(inputs["input_ids"], inputs["pixel_values"], max_new_tokens=7, return_logits=True)
+    state = {k: v.clone() for k, v in vla.state_dict().items()}
+    modes = [m.training for m in vla.modules()]
+    handle = get_token_reduction(vla)
+    return logits, gen.logits.clone(), state, modes, None if handle is None else handle.settings
+
+
+def assert_same_fingerprint(a: tuple, b: tuple) -> None:
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert list(a[2]) == list(b[2]) and all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+    assert a[3] == b[3] and a[4] == b[4]
+
+
+@pytest.fixture(scope="module")
+def vla():
+    return build_vla("tiny", dtype=torch.float32, seed=0)
+
+
+@pytest.fixture(scope="module")
+def run(vla):
+    """One sweep over every method, plus fingerprints of the model before and after it."""
+    inputs = make_inputs(vla)
+    before = model_fingerprint(vla, inputs)
+    records = benchmark_token_reduction(vla, inputs, methods=METHODS, ratios=RATIOS, num_runs=3, warmup=1,
+                                        progress=False)
+    return records, before, model_fingerprint(vla, inputs)
+
+
+def test_one_record_per_setting_baseline_first(run):
+    records = run[0]
+    settings = [(r["method"], r["reduction_ratio"]) for r in records]
+    assert settings[0] == ("none", 1.0)
+    assert len(records) == 1 + 3 * len(RATIOS) + 1  # spatial_pool once (merge size 2)
+    assert len(set(settings)) == len(settings)
+
+
+def test_record_fields_exist_and_are_finite(run):
+    for rec in run[0]:
+        missing = [k for k in TIMING_KEYS + OTHER_KEYS if k not in rec]
+        assert not missing, f"{rec['method']}: missing {missing}"
+        for key in TIMING_KEYS:
+            assert math.isfinite(rec[key]) and rec[key] >= 0
+        for phase in (*PHASES, "total"):
+            assert rec[f"{phase}_ms_p10"] <= rec[f"{phase}_ms"] <= rec[f"{phase}_ms_p90"]
+        assert rec["peak_memory_mb"] is None  # no per-step allocator peak on the CPU
+
+
+@pytest.mark.parametrize("method, ratio, tokens", TOKEN_CASES)
+def test_token_counts_and_shapes(run, method, ratio, tokens):
+    rec = next(r for r in run[0] if r["method"] == method and r["reduction_ratio"] == ratio)
+    base = run[0][0]
+    assert rec["num_patches"] == tokens and rec["num_patches_in"] == base["num_patches"] == 256
+    assert rec["reduced_features_shape"] == [1, tokens, base["vision_features_shape"][2]]
+    assert rec["projected_shape"][:2] == [1, tokens]
+    assert rec["seq_len"] == base["seq_len"] - (256 - tokens)
+    assert rec["action_tokens_shape"] == [1, 7]
+
+
+def test_speedups_are_consistent(run):
+    records = run[0]
+    base = records[0]
+    assert base["speedup"] == 1.0 and base["ideal_speedup"] == pytest.approx(1.0)
+    for rec in records:
+        assert rec["speedup"] == pytest.approx(base["total_ms"] / rec["total_ms"], rel=1e-12)
+        assert rec["prefill_speedup"] == pytest.approx(base["prefill_ms"] / rec["prefill_ms"], rel=1e-12)
+        assert rec["efficiency"] == pytest.approx(rec["speedup"] / rec["ideal_speedup"], rel=1e-12)
+        if rec["num_patches"] < base["num_patches"]:
+            assert rec["ideal_speedup"] > 1.0 and rec["prefill_ideal_speedup"] > 1.0
+
+
+def test_macs_follow_token_counts(run):
+    records = run[0]
+    base = records[0]
+    for rec in records[1:]:
+        frac = rec["num_patches"] / base["num_patches"]
+        assert rec["vision_gmacs"] == pytest.approx(base["vision_gmacs"], rel=1e-12)
+        assert rec["projector_gmacs"] == pytest.approx(base["projector_gmacs"] * frac, rel=1e-9)
+        assert rec["prefill_gmacs"] < base["prefill_gmacs"]
+        assert rec["total_gmacs"] == pytest.approx(sum(rec[f"{p}_gmacs"] for p in PHASES), rel=1e-12)
+
+
+def test_baseline_fidelity_is_perfect_and_step_matches_generate(run):
+    records = run[0]
+    base = records[0]
+    assert base["action_token_agreement"] == 1.0 and base["action_mae"] == 0.0 and base["first_token_kl"] == 0.0
+    for rec in records:  # the timed step decodes the same tokens as the model's own generate()
+        assert rec["step_matches_generate"] == 1.0
+        assert 0.0 <= rec["action_token_agreement"] <= 1.0 and rec["first_token_kl"] >= 0.0
+
+
+def test_reduction_changes_the_answer(run):
+    """On this model the first token's distribution moves once tokens are removed (the metric is live)."""
+    assert any(r["first_token_kl"] > 0.0 for r in run[0][1:])
+
+
+def test_model_unchanged_after_benchmark(run):
+    _, before, after = run
+    assert_same_fingerprint(before, after)
+
+
+def test_attached_reduction_is_put_back(vla):
+    inputs = make_inputs(vla)
+    apply_token_reduction_to_vla(vla, "topk_magnitude", 0.5)
+    try:
+        before = model_fingerprint(vla, inputs)
+        benchmark_token_reduction(vla, inputs, methods=["random"], ratios=[0.75], num_runs=1, warmup=0,
+                                  progress=False)
+        assert get_token_reduction(vla) is not None
+        assert_same_fingerprint(before, model_fingerprint(vla, inputs))
+    finally:
+        remove_token_reduction(vla)
+
+
+def test_batch_of_two(vla):
+    records = benchmark_token_reduction(vla, make_inputs(vla, batch_size=2), methods=["topk_magnitude"],
+                                        ratios=[0.5], num_runs=1, warmup=0, progress=False)
+    assert [r["action_tokens_shape"] for r in records] == [[2, 7], [2, 7]]
+    assert records[1]["reduced_features_shape"][:2] == [2, 128]
+
+
+def test_ideal_speedup_formula():
+    """Amdahl bound from baseline phases: V + P*K/N + F*(T+K)/(T+N) + D, reducer free."""
+    base = {"vision_ms": 10.0, "reducer_ms": 0.0, "projector_ms": 2.0, "prefill_ms": 8.0, "decode_ms": 5.0,
+            "total_ms": 25.0, "num_patches": 4}
+    half = {**base, "num_patches": 2, "reducer_ms": 1.0, "total_ms": 23.0}
+    add_speedup_fields([base, half], text_tokens=4)
+    assert half["prefill_ideal_speedup"] == pytest.approx(8 / 6)
+    assert half["ideal_speedup"] == pytest.approx(25.0 / (10.0 + 1.0 + 8.0 * 6 / 8 + 5.0))
+    assert half["speedup"] == pytest.approx(25.0 / 23.0)
+    assert half["reducer_pct_of_vision"] == pytest.approx(10.0)
+
+
+def test_settings_table():
+    settings = build_settings(["spatial_pool", "topk_magnitude"], [0.5, 0.5], spatial_merge_size=[2, 4])
+    assert [(s.method, s.reduction_ratio, s.spatial_merge_size) for s in settings] == [
+        ("none", 1.0, 1), ("spatial_pool", 0.25, 2), ("spatial_pool", 1 / 16, 4), ("topk_magnitude", 0.5, 2)]
+
+
+BAD_ARGS = [
+    ({"methods": ["nope"]}, "nope"),
+    ({"ratios": [0.0]}, "0.0"),
+    ({"ratios": [1.5]}, "1.5"),
+    ({"spatial_merge_size": 0}, "spatial_merge_size"),
+    ({"num_runs": 0}, "num_runs"),
+    ({"warmup": -1}, "warmup"),
+    ({"unnorm_key": "nope"}, "nope"),
+    ({"device": "cuda:7" if torch.cuda.is_available() else "cuda"}, "move the model"),
+]
+
+
+@pytest.mark.parametrize("kwargs, needle", BAD_ARGS)
+def test_bad_arguments_raise(vla, kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        benchmark_token_reduction(vla, make_inputs(vla), **{"progress": False, **kwargs})
+
+
+def test_table_has_a_row_per_record(run):
+    table = format_table(run[0]).splitlines()
+    assert len(table) == 2 + len(run[0]) and table[2].startswith("none")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_path_reports_peak_memory():
+    vla = build_vla("tiny", dtype=torch.bfloat16, device="cuda", seed=0)
+    records = benchmark_token_reduction(vla, make_inputs(vla), methods=["topk_magnitude"], ratios=[0.5],
+                                        num_runs=3, warmup=1, progress=False)
+    for rec in records:
+        assert rec["device"].startswith("cuda") and rec["peak_memory_mb"] > 0 and rec["step_memory_mb"] >= 0
+        assert rec["total_ms"] > 0 and rec["step_matches_generate"] >= 0.0
+    assert records[1]["num_patches"] == 128
+
+
+def test_hf_style_model_through_the_adapter():
+    """An HF OpenVLA model is benchmarked through OpenVLAAdapter (what --vla_path loads); here the adapter
+    wraps the reference model, whose modules it then uses, so the reduced counts must come through."""
+    from prismatic_tr.models.adapter import OpenVLAAdapter
+
+    vla = build_vla("tiny", seed=2)
+    adapter = OpenVLAAdapter(vla, empty_token_id=None)
+    records = benchmark_token_reduction(adapter, make_inputs(vla), methods=["topk_magnitude", "spatial_pool"],
+                                       ratios=[0.5], num_runs=1, warmup=0, progress=False)
+    assert [r["num_patches"] for r in records] == [256, 128, 64]
+    assert records[0]["action_token_agreement"] == 1.0
+    assert get_token_reduction(vla) is None
