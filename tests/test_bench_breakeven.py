@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from prismatic_tr.bench import breakeven
 from prismatic_tr.bench.breakeven import (
@@ -19,15 +18,6 @@ from prismatic_tr.bench.breakeven import (
     write_profile,
 )
 from prismatic_tr.bench.sweep import SWEEP_COLUMNS, break_even_tokens, markdown_tables
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine, 2 OpenMP threads per process stall each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _row(size: int, batch: int, tokens: int, speedup: float, device: str = "cuda") -> dict:

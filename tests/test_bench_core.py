@@ -17,15 +17,6 @@ from prismatic_tr.bench.ops import (
 )
 from prismatic_tr.bench.timing import Timer, interleaved, summarize, time_fn
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine, 2 OpenMP threads per process stall each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 # ---------------------------------------------------------------- timing
 
 

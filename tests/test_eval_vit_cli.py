@@ -7,18 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from prismatic_tr.vit import tokens_per_location
 from vla_scripts.eval_vit import EvalVitConfig, main, parse_config
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_sweep_writes_csv_json_png(tmp_path: Path) -> None:

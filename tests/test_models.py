@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -33,15 +32,6 @@ from prismatic_tr.models.generation import to_left_padding, to_right_padding
 from prismatic_tr.models.processor import IMAGENET_MEAN, IMAGENET_STD, _corpus, build_tokenizer
 
 BACKBONES = sorted(VISION_BACKBONE_IDS)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[int]:
-    """Tiny models run faster on one thread (and far faster when other jobs share the cores); restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield previous
-    torch.set_num_threads(previous)
 
 
 @functools.cache

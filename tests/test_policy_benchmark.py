@@ -37,15 +37,6 @@ TOKEN_CASES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and a busy 2-core machine makes threaded runs crawl."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 def make_inputs(vla, batch_size: int = 1, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     images = [Image.fromarray(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)) for _ in range(batch_size)]

@@ -12,15 +12,6 @@ from prismatic_tr.bench.speed import CSV_HEADER, SpeedConfig, summarize_runs
 from prismatic_tr.bench.timing import TimingStats
 from vla_scripts import speed_test
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine, 2 OpenMP threads per process stall each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 TINY = ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--reduction_loc", "3", "6", "9",
         "--warmup_iters", "1", "--test_iters", "2", "--test_multiple", "1"]
 

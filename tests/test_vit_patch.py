@@ -45,15 +45,6 @@ def build(family: str, fused: bool = True, **extra: object) -> VisionTransformer
     return model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: thread start-up dominates and oversubscribes the 2 shared cores; restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def images() -> torch.Tensor:
     return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
