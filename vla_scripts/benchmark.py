@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import draccus
 import numpy as np
 import torch
+
+from vla_scripts.cli import parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -206,14 +207,7 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
 
 def parse_config(args: list[str] | None = None) -> BenchmarkConfig:
     """Parse flags; on a bad value print ``benchmark.py: error: ...`` and exit with status 2."""
-    try:
-        return draccus.parse(config_class=BenchmarkConfig, args=args)
-    except (ValueError, draccus.utils.DraccusException) as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, ValueError):
-            cause = cause.__cause__ or cause.__context__
-        print(f"benchmark.py: error: {cause if cause is not None else err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return parse_config_or_exit(BenchmarkConfig, args, "benchmark.py")
 
 
 if __name__ == "__main__":

@@ -14,15 +14,15 @@ the images are uniform noise from ``--seed`` (no labels, so no accuracy). Bad fl
 import csv
 import json
 import platform
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import draccus
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from vla_scripts.cli import parse_config_or_exit
 
 FIELDS = ["method", "keep_rate", "r", "tokens_out", "gmacs", "top1_agreement", "kl_divergence", "margin_change",
           "linear_cka", "top1_accuracy", "top1_accuracy_baseline", "seconds", "num_samples"]
@@ -217,14 +217,7 @@ def main(cfg: EvalVitConfig) -> list[dict[str, Any]]:
 
 def parse_config(args: list[str] | None = None) -> EvalVitConfig:
     """Parse flags; on a bad value print ``eval_vit.py: error: ...`` and exit with status 2."""
-    try:
-        return draccus.parse(config_class=EvalVitConfig, args=args)
-    except (ValueError, draccus.utils.DraccusException) as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, ValueError):
-            cause = cause.__cause__ or cause.__context__
-        print(f"eval_vit.py: error: {cause if cause is not None else err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return parse_config_or_exit(EvalVitConfig, args, "eval_vit.py")
 
 
 if __name__ == "__main__":

@@ -19,26 +19,14 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (torch before tensorflow, always)
 
 from prismatic_tr.training import FinetuneConfig, finetune
+from vla_scripts.cli import parse_config
 
 EXIT_BAD_INPUT = 2
 
 
 def parse(argv: Sequence[str] | None) -> FinetuneConfig:
     """Parse the command line into a validated FinetuneConfig (ValueError on bad values)."""
-    import draccus
-
-    try:
-        return draccus.parse(config_class=FinetuneConfig, args=list(argv) if argv is not None else None)
-    except ValueError:
-        raise
-    except Exception as exc:  # draccus wraps errors raised while decoding / in __post_init__
-        cause = exc
-        while cause.__cause__ is not None or cause.__context__ is not None:
-            nxt = cause.__cause__ or cause.__context__
-            if isinstance(nxt, ValueError):
-                raise nxt from None
-            cause = nxt
-        raise ValueError(str(exc)) from exc
+    return parse_config(FinetuneConfig, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

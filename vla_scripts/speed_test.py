@@ -20,6 +20,7 @@ from pathlib import Path
 import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
 from prismatic_tr.bench.speed import CSV_HEADER, DTYPES, SpeedConfig, format_csv, run_speed_test
+from vla_scripts.cli import set_threads
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
@@ -92,10 +93,7 @@ def profile_line(cfg: SpeedConfig) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads {args.threads}: must be >= 1")
-        torch.set_num_threads(args.threads)
+    set_threads(parser, args.threads)
     try:
         cfg = config_from_args(args)
         row = run_speed_test(cfg)

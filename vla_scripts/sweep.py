@@ -19,6 +19,7 @@ import torch
 
 from prismatic_tr.bench.speed import DTYPES
 from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
+from vla_scripts.cli import set_threads
 from vla_scripts.speed_test import add_flag
 
 
@@ -58,10 +59,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads {args.threads}: must be >= 1")
-        torch.set_num_threads(args.threads)
+    set_threads(parser, args.threads)
     try:
         cfg = config_from_args(args)
         out = args.out_dir or Path("benchmarks/results/vit") / f"sweep_{cfg.model}_{cfg.device}_{cfg.mode}"
