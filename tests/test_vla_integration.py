@@ -251,3 +251,28 @@ def test_bf16_model_keeps_its_dtype(method, backbone):
     px = torch.randn(1, BACKBONES[backbone], 224, 224, dtype=torch.bfloat16)
     out = vla(input_ids=torch.tensor([[1, 9, 10]]), pixel_values=px)
     assert out.projector_features.dtype == torch.bfloat16 and out.projector_features.shape[1] in (64, 128)
+
+
+def test_multi_image_backbone_reports_per_image_counts():
+    """OpenVLA-OFT style: two images per sample, tokens concatenated, get_num_patches() per image."""
+    vla = build_vla("tiny", "siglip-vit-so400m")
+    backbone = vla.vision_backbone
+    single = type(backbone).forward
+
+    class TwoImages(type(backbone)):
+        def get_num_images_in_input(self) -> int:
+            return 2
+
+        def forward(self, pixel_values):
+            first, second = torch.split(pixel_values, [3, 3], dim=1)
+            return torch.cat([single(self, first), single(self, second)], dim=1)
+
+    backbone.__class__ = TwoImages
+    px = torch.randn(1, 6, 224, 224)
+    with monkey_patch_vision_backbone_with_reduction(vla, "topk_magnitude", 0.25) as handle:
+        assert handle.reduced_num_patches() == 128  # 25 % of 2 x 256, chosen across both images
+        assert backbone.get_num_patches() * backbone.get_num_images_in_input() == 128
+        assert vla.projector(backbone(px)).shape[1] == 128
+    assert backbone.get_num_patches() == 256 and type(backbone) is TwoImages
+    with pytest.raises(ValueError, match="512"):
+        apply_token_reduction_to_vla(vla, "spatial_pool")  # 2 x 256 tokens form no single square grid

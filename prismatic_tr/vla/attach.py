@@ -15,7 +15,13 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers import TokenReducer
-from prismatic_tr.vla.locate import BackboneInfo, find_vision_backbone, original_num_patches, patch_grid
+from prismatic_tr.vla.locate import (
+    BackboneInfo,
+    find_vision_backbone,
+    images_in_input,
+    original_num_patches,
+    patch_grid,
+)
 from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
 
 _HANDLE_ATTR = "_prismatic_tr_handle"
@@ -29,7 +35,10 @@ class ReductionHandle:
     def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
         self.info = info
         self.settings = settings
-        self.num_patches = original_num_patches(info.backbone)
+        self.num_images = images_in_input(info.backbone)
+        per_image = original_num_patches(info.backbone)
+        # Patch tokens of all images together (OFT-style backbones concatenate several images' tokens).
+        self.num_patches = per_image * self.num_images if per_image is not None else None
         grid = patch_grid(info.backbone) if settings.method == "spatial_pool" else None
         if grid is not None and self.num_patches is not None and grid[0] * grid[1] != self.num_patches:
             grid = None
@@ -47,10 +56,19 @@ class ReductionHandle:
         return self.info.backbone
 
     def reduced_num_patches(self) -> int:
-        """Patch tokens the projector receives while attached."""
+        """Patch tokens the projector receives while attached (all images of a sample together)."""
         if self.num_patches is None:
             raise ValueError("the backbone does not report its patch count, so the reduced count is unknown")
         return self.reducer.output_tokens(self.num_patches)
+
+    def reduced_num_patches_per_image(self) -> int:
+        """What ``get_num_patches()`` reports while attached: the reduced count over the images per sample.
+
+        OpenVLA-OFT multiplies ``get_num_patches()`` by ``get_num_images_in_input()``; this keeps that product
+        equal to the number of tokens the projector really receives (rounded down if the images do not split it
+        evenly).
+        """
+        return max(1, self.reduced_num_patches() // self.num_images)
 
     def reducer_for(self, num_tokens: int) -> TokenReducer:
         """The reducer for a backbone output of ``num_tokens`` tokens (prefix tokens protected if any)."""
@@ -113,7 +131,7 @@ def _swap_in_count_class(backbone: nn.Module) -> None:
     cls = type(backbone)
     attrs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if callable(getattr(cls, "get_num_patches", None)):
-        attrs["get_num_patches"] = lambda self: getattr(self, _HANDLE_ATTR).reduced_num_patches()
+        attrs["get_num_patches"] = lambda self: getattr(self, _HANDLE_ATTR).reduced_num_patches_per_image()
     if isinstance(getattr(cls, "num_patches", None), property) or isinstance(vars(backbone).get("num_patches"), int):
         attrs["num_patches"] = property(lambda self: getattr(self, _HANDLE_ATTR).reduced_num_patches())
     if "get_num_patches" not in attrs and "num_patches" not in attrs:

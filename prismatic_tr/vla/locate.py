@@ -81,6 +81,13 @@ def original_num_patches(backbone: nn.Module) -> int | None:
     return int(n) if n is not None else None
 
 
+def images_in_input(backbone: nn.Module) -> int:
+    """Images the backbone encodes per sample (OpenVLA-OFT: ``get_num_images_in_input()``), else 1."""
+    cls = getattr(backbone, "_prismatic_tr_original_class", type(backbone))
+    fn = getattr(cls, "get_num_images_in_input", None)
+    return int(fn(backbone)) if callable(fn) else 1
+
+
 def patch_grid(backbone: nn.Module) -> tuple[int, int] | None:
     """(rows, cols) of the featurizer's patch grid when timm exposes it, else None (inferred later)."""
     embed = getattr(getattr(backbone, "featurizer", None), "patch_embed", None)
