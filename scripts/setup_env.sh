@@ -3,8 +3,11 @@
 #   STACK=newest  (default) the newest releases from the registry
 #   STACK=openvla OpenVLA's pins (torch 2.2.0, timm 0.9.10, transformers 4.40.1, ...): constraints/openvla.txt
 #   VENV=path     where the environment goes (default .venv, or .venv-openvla for STACK=openvla)
+# Any arguments are then run with the environment's python: `setup_env.sh -m pytest -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Let Python cache compiled modules: without it every process recompiles torch._dynamo (~15 s each).
+unset PYTHONDONTWRITEBYTECODE
 STACK=${STACK:-newest}
 case "$STACK" in
   newest) VENV=${VENV:-.venv}; constraints=() ;;
@@ -19,3 +22,6 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 VIRTUAL_ENV="$VENV" uv pip install -q -e ".[all]" "${constraints[@]}"
 echo "installed prismatic_tr ($STACK stack) into $VENV"
+if [[ $# -gt 0 ]]; then
+  exec "$VENV/bin/python" "$@"
+fi

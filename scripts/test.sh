@@ -1,10 +1,3 @@
 #!/usr/bin/env bash
 # Set up (see setup_env.sh) and run the whole test suite on the CPU. Extra arguments go to pytest.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-# Let Python cache compiled modules: without it every process recompiles torch._dynamo (~15 s each).
-unset PYTHONDONTWRITEBYTECODE
-bash scripts/setup_env.sh
-STACK=${STACK:-newest}
-VENV=${VENV:-$([[ $STACK == openvla ]] && echo .venv-openvla || echo .venv)}
-"$VENV/bin/python" -m pytest -q "$@"
+exec bash "$(dirname "$0")/setup_env.sh" -m pytest -q "$@"
