@@ -58,6 +58,21 @@ TINY_VIT_SPECS: dict[str, dict[str, Any]] = {
 }
 
 
+# Tiny stand-ins built by timm itself from the real OpenVLA tower ids with smaller widths and depths
+# (``timm.create_model(id, **kwargs)``): same classes, prefix tokens (DINOv2: CLS + 4 registers, LayerScale;
+# SigLIP: no CLS, attention-pool head) and 224 px / patch 14 -> 16 x 16 = 256 patches, a fraction of the size.
+TINY_TIMM_KWARGS: dict[str, dict[str, Any]] = {
+    "vit_large_patch14_reg4_dinov2": dict(embed_dim=32, depth=3, num_heads=2),
+    "vit_so400m_patch14_siglip_224": dict(embed_dim=48, depth=3, num_heads=2),
+}
+
+
+def tiny_timm_kwargs(timm_id: str) -> dict[str, Any] | None:
+    """The tiny-size overrides for a tower id (a pretrained tag such as ``.lvd142m`` is ignored), or None."""
+    kwargs = TINY_TIMM_KWARGS.get(timm_id.split(".", 1)[0])
+    return dict(kwargs) if kwargs is not None else None
+
+
 @dataclass(frozen=True)
 class Preset:
     """Sizes of one preset: tiny ViTs or the real timm architectures, and a Llama decoder."""
