@@ -29,7 +29,7 @@ from prismatic_tr.models import (  # noqa: E402
     make_config,  # noqa: E402
     normalize_actions,
 )
-from prismatic_tr.models.processor import build_processor, build_prompt  # noqa: E402
+from prismatic_tr.models import build_processor, build_prompt  # noqa: E402
 
 
 @pytest.fixture(scope="session")

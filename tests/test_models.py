@@ -1,4 +1,4 @@
-"""Tests of the reference OpenVLA-architecture model, its processor, action tokenizer and loading."""
+"""Tests of the native OpenVLA model (tiny preset), its processor, action tokenizer and loading."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from prismatic_tr.models import (
     IGNORE_INDEX,
     PRESETS,
     VISION_BACKBONE_IDS,
+    VISION_BACKBONES,
     ActionTokenizer,
     OpenVLAAdapter,
     PrismaticProcessor,
@@ -29,7 +30,9 @@ from prismatic_tr.models import (
     unnormalize_actions,
 )
 from prismatic_tr.models.generation import to_left_padding, to_right_padding
-from prismatic_tr.models.processor import IMAGENET_MEAN, IMAGENET_STD, _corpus, build_tokenizer
+from prismatic_tr.models.tokenizer import _corpus, build_tokenizer
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # DINOv2's normalisation
 
 BACKBONES = sorted(VISION_BACKBONE_IDS)
 
@@ -85,12 +88,23 @@ def test_vision_features_geometry(tiny: ReferenceOpenVLA) -> None:
 
 
 def test_featurizer_returns_penultimate_block_patches(fused: ReferenceOpenVLA) -> None:
+    """The tower stops after block depth - 2 and equals OpenVLA's get_intermediate_layers bit for bit."""
+    from prismatic_tr.models.vision import penultimate_patch_features
+
     for vit in (fused.vision_backbone.featurizer, fused.vision_backbone.fused_featurizer):
-        img = torch.randn(1, 3, 224, 224)
-        x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(img))))
-        for block in vit.blocks[:-1]:
-            x = block(x)
-        torch.testing.assert_close(vit(img), x[:, vit.num_prefix_tokens :])
+        img = torch.randn(2, 3, 224, 224)
+        calls, handle = count_calls(vit.blocks[-1])
+        try:
+            with torch.no_grad():
+                ours = vit(img)
+            assert calls == []  # the last block's output is discarded by OpenVLA: it never runs here
+            with torch.no_grad():
+                upstream = vit.get_intermediate_layers(img, n={len(vit.blocks) - 2})[0]
+                assert torch.equal(penultimate_patch_features(vit, img, run_last_block=True), upstream)
+            assert len(calls) == 2
+        finally:
+            handle.remove()
+        assert torch.equal(ours, upstream)
 
 
 def test_fused_backbone_splits_channels(fused: ReferenceOpenVLA) -> None:
@@ -381,7 +395,7 @@ def test_tokenizer_layout(vocab_size: int) -> None:
 
 
 def test_processor_save_load(tmp_path) -> None:
-    proc = build_processor(ReferenceOpenVLAConfig(preset="tiny"))
+    proc = build_processor(make_config("tiny"))
     proc.save_pretrained(tmp_path)
     loaded = PrismaticProcessor.from_pretrained(tmp_path)
     assert loaded.tokenizer.get_vocab() == proc.tokenizer.get_vocab()
@@ -501,11 +515,11 @@ def test_openvla_7b_parameter_count_on_meta() -> None:
 @pytest.mark.slow
 def test_cpu_bench_vision_features_bf16(one_thread: int) -> None:
     from prismatic_tr.models.init_utils import materialize_parameters_, parameters_on_meta
-    from prismatic_tr.models.vision import ReferenceVisionBackbone
+    from prismatic_tr.models.vision import NativeVisionBackbone
 
-    timm_ids, sizes = VISION_BACKBONE_IDS["dinosiglip-vit-so-224px"]
+    spec = VISION_BACKBONES["dinosiglip-vit-so-224px"]
     with parameters_on_meta():
-        vb = ReferenceVisionBackbone(list(timm_ids), list(sizes), None)
+        vb = NativeVisionBackbone(list(spec.timm_model_ids), list(spec.image_sizes), list(spec.act_layers))
     materialize_parameters_(vb, "cpu", torch.bfloat16, seed=0)
     torch.set_num_threads(one_thread)  # real-size model: all threads for this forward
     try:

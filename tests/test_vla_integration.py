@@ -93,7 +93,7 @@ def test_applying_again_replaces_and_never_stacks(vla_and_inputs):
         assert remove_token_reduction(vla) is True
     assert remove_token_reduction(vla) is False
     assert len(vla.vision_backbone._forward_hooks) == 0
-    assert type(vla.vision_backbone).__name__ == "ReferenceVisionBackbone"
+    assert type(vla.vision_backbone).__name__ == "NativeVisionBackbone"
 
 
 def test_quick_helpers_are_undoable(vla_and_inputs):

@@ -28,7 +28,7 @@ from prismatic_tr.vla import unwrap_vla
 
 PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
 
-REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "generate", "predict_action")
+REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "make_prompt", "generate", "predict_action")
 
 T = TypeVar("T")
 PhaseCall = Callable[[str, Callable[[], T]], T]
@@ -104,6 +104,8 @@ class PolicyStep:
             )
         self.inputs = inputs
         self.num_action_tokens = num_action_tokens
+        # The prompt exactly as predict_action prepares it (OpenVLA's empty token appended where missing).
+        self.prompt = self.model.make_prompt(inputs.input_ids, inputs.attention_mask, for_actions=True)
 
     def vision(self) -> torch.Tensor:
         """Unreduced backbone features (B, N, D); ``forward`` bypasses the reduction hook."""
@@ -116,7 +118,7 @@ class PolicyStep:
     def prefill(self, projected: torch.Tensor) -> Prefilled:
         """Language model over [BOS, visual tokens (K), text]: fills the cache; logits of action token 1."""
         embeds, mask, _ = self.model.build_multimodal_inputs(
-            self.inputs.input_ids, self.inputs.attention_mask, projected
+            self.prompt.ids.to(projected.device), self.prompt.key_mask, projected
         )
         logits, state = lm_prefill(self.model.language_model, embeds, mask)
         return Prefilled(logits, state, embeds.shape[1])

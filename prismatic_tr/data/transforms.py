@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from prismatic_tr.models import IGNORE_INDEX, ActionTokenizer, normalize_actions
-from prismatic_tr.models.processor import PROMPT_TEMPLATE, build_prompt
+from prismatic_tr.models.tokenizer import PROMPT_TEMPLATE, build_prompt
 
 __all__ = ["PROMPT_TEMPLATE", "ActionPromptTransform", "ImageAugmentation", "build_prompt"]
 

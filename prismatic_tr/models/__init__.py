@@ -1,42 +1,52 @@
-"""The reference OpenVLA-architecture model, its processor and action tokenizer, and checkpoint loading."""
+"""The native OpenVLA model (random-weight presets and real checkpoints), its processor, action tokenizer,
+and checkpoint loading (natively, or through OpenVLA's remote code)."""
 
 from .action_tokenizer import ActionTokenizer, normalize_actions, unnormalize_actions
 from .adapter import OpenVLAAdapter
-from .build import build_vla, make_config
+from .backbones import LLM_BACKBONES, VISION_BACKBONES
+from .build import build_vla
 from .config import (
     IGNORE_INDEX,
     PRESETS,
     SYNTHETIC_NORM_STATS,
     VISION_BACKBONE_IDS,
-    ReferenceOpenVLAConfig,
+    NativeOpenVLAConfig,
+    make_config,
 )
 from .generation import GenerateOutput
-from .loading import load_vla
-from .modeling import PrismaticCausalLMOutput, ReferenceOpenVLA
-from .processor import (
-    PrismaticImageTransform,
-    PrismaticProcessor,
-    build_processor,
-    build_prompt,
-    build_tokenizer,
-)
-from .vision import ReferenceProjector, ReferenceVisionBackbone
+from .image_processing import ImageTransform
+from .loading import RemoteCodeError, load_vla
+from .modeling import NativeOpenVLA, PrismaticCausalLMOutput
+from .processor import PrismaticProcessor, build_processor
+from .tokenizer import build_prompt, build_tokenizer
+from .vision import NativeProjector, NativeVisionBackbone
+
+# v0.1 names
+ReferenceOpenVLA = NativeOpenVLA
+ReferenceOpenVLAConfig = NativeOpenVLAConfig
+PrismaticImageTransform = ImageTransform
 
 __all__ = [
     "IGNORE_INDEX",
+    "LLM_BACKBONES",
     "PRESETS",
     "SYNTHETIC_NORM_STATS",
+    "VISION_BACKBONES",
     "VISION_BACKBONE_IDS",
     "ActionTokenizer",
     "GenerateOutput",
+    "ImageTransform",
+    "NativeOpenVLA",
+    "NativeOpenVLAConfig",
+    "NativeProjector",
+    "NativeVisionBackbone",
     "OpenVLAAdapter",
     "PrismaticCausalLMOutput",
     "PrismaticImageTransform",
     "PrismaticProcessor",
     "ReferenceOpenVLA",
     "ReferenceOpenVLAConfig",
-    "ReferenceProjector",
-    "ReferenceVisionBackbone",
+    "RemoteCodeError",
     "build_processor",
     "build_prompt",
     "build_tokenizer",

@@ -1,4 +1,4 @@
-"""``OpenVLAAdapter``: the reference-model inference API over a Hugging Face OpenVLA model (remote code).
+"""``OpenVLAAdapter``: the native model's inference API over a Hugging Face OpenVLA model (remote code).
 
 The HF model keeps doing the work (its ``vision_backbone``, ``projector``, ``language_model``); the adapter
 adds ``build_multimodal_inputs``, ``generate(..., return_logits=True)`` and ``predict_action`` from
@@ -14,9 +14,9 @@ from typing import Any
 from torch import nn
 
 from .action_tokenizer import ActionTokenizer
+from .backbones import LLAMA2_EMPTY_TOKEN_ID
 from .inference import OpenVLAInferenceMixin
 
-LLAMA2_EMPTY_TOKEN_ID = 29871
 REQUIRED_ATTRIBUTES = ("vision_backbone", "projector", "language_model", "norm_stats", "vocab_size")
 
 
@@ -38,6 +38,7 @@ class OpenVLAAdapter(OpenVLAInferenceMixin, nn.Module):
     language_model = _delegate("language_model")
     norm_stats = _delegate("norm_stats")
     config = _delegate("config")
+    pad_token_id = _delegate("pad_token_id")
 
     def __init__(self, model: nn.Module, empty_token_id: int | None = LLAMA2_EMPTY_TOKEN_ID) -> None:
         missing = [a for a in REQUIRED_ATTRIBUTES if not hasattr(model, a)]

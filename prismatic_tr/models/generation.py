@@ -2,12 +2,14 @@
 
 Our own loop instead of transformers' ``GenerationMixin`` (whose behaviour changed across versions; OpenVLA's
 remote code on transformers >= 4.50 silently drops the image, openvla/openvla#346). The prompt is prefilled
-once, then each step feeds one token. No early stop on EOS: exactly ``max_new_tokens`` tokens, static shapes,
-no host syncs.
+once, then each step feeds one token. No early stop on EOS: exactly ``max_new_tokens`` tokens, static shapes.
 
-Padding: the prefill input is made left-aligned (padding first) with a stable sort of the attention mask,
-so prompts may come left- or right-padded; position ids are counted from the mask (first real token = 0),
-which makes a padded row give the same result as the same prompt alone.
+Masks and host syncs: a batch without padding runs with no attention mask at all (SDPA's causal path), and
+then no operator reads a tensor value on the host. A padded batch is left-aligned (padding first) with a
+stable sort of its key mask, positions are counted from the mask (first real token = 0, so a padded row gives
+the same result as the same prompt alone), and the mask goes to the language model: on transformers >= 5 as
+a ready 4-D additive mask, which transformers uses as is (no host sync); on older versions as the 2-D mask,
+which transformers expands itself, reading it on the host once per forward (``torch.all(mask == 1)``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import transformers
 from transformers import LlamaForCausalLM
+
+PASS_4D_MASK = int(transformers.__version__.split(".")[0]) >= 5
 
 
 @dataclass
@@ -28,10 +33,11 @@ class GenerateOutput:
 
 @dataclass
 class DecodeState:
-    """What a decode step needs: the cache, the running mask (B, T) and the next position ids (B, 1)."""
+    """What a decode step needs: the cache, the real keys so far (B, T) bool or None when nothing is padded,
+    and the next position ids (B, 1)."""
 
     past_key_values: object
-    attention_mask: torch.Tensor
+    key_mask: torch.Tensor | None
     next_position: torch.Tensor
 
 
@@ -50,7 +56,7 @@ def to_left_padding(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.T
     """Reorder each row so padded positions (mask 0) come first, real ones after in their original order.
 
     Args:
-        mask: (B, T) attention mask (1 real, 0 pad).
+        mask: (B, T) attention mask (1 / True real, 0 / False pad).
         tensors: (B, T, ...) tensors to reorder the same way.
     Returns:
         (mask, *tensors), each reordered; a stable sort, static shapes, no host sync.
@@ -63,35 +69,56 @@ def to_right_padding(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.
     return _reorder(torch.argsort(1 - mask.long(), dim=1, stable=True), mask, tensors)
 
 
+def llm_attention_mask(key_mask: torch.Tensor, q_len: int, dtype: torch.dtype) -> torch.Tensor:
+    """The mask handed to the language model for queries at the last ``q_len`` of ``T`` key positions.
+
+    key_mask: (B, T) bool, True at real (attendable) keys. Returns, on transformers >= 5, a (B, 1, q_len, T)
+    additive mask (0 where a query may attend: causal, a real key, or itself; dtype's minimum elsewhere;
+    a padded query attends to itself so no row is empty); on older transformers the (B, T) long 2-D mask.
+    """
+    if not PASS_4D_MASK:
+        return key_mask.long()
+    t = key_mask.shape[1]
+    k_pos = torch.arange(t, device=key_mask.device)
+    q_pos = k_pos[t - q_len :]
+    causal = k_pos[None, :] <= q_pos[:, None]  # (q, T)
+    allowed = (causal[None] & key_mask[:, None, :]) | (k_pos[None, :] == q_pos[:, None])[None]
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=key_mask.device)
+    return bias.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
 def prefill(
-    lm: LlamaForCausalLM, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None
+    lm: LlamaForCausalLM, inputs_embeds: torch.Tensor, key_mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, DecodeState]:
     """Run the prompt once (the output of ``build_multimodal_inputs`` can be passed as is).
 
     Args:
-        inputs_embeds: (B, T, D); attention_mask: (B, T) with padding anywhere, or None (no padding).
-            Rows are left-aligned first (a stable gather), so the last position is a real token.
+        inputs_embeds: (B, T, D); key_mask: (B, T) with padding anywhere (bool or 0/1), or None (no padding).
+            Padded rows are left-aligned first (a stable gather), so the last position is a real token.
     Returns:
         logits of the last position (B, V) and the state for :func:`decode_step`.
     """
-    if attention_mask is None:
-        attention_mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+    b, t = inputs_embeds.shape[:2]
+    if key_mask is None:
+        positions = torch.arange(t, device=inputs_embeds.device).expand(b, t)
+        mask = None
     else:
-        attention_mask, inputs_embeds = to_left_padding(attention_mask, inputs_embeds)
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = lm.model(
-        inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=positions, use_cache=True
-    )
+        key_mask, inputs_embeds = to_left_padding(key_mask.bool(), inputs_embeds)
+        positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)
+        mask = llm_attention_mask(key_mask, t, inputs_embeds.dtype)
+    out = lm.model(inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions, use_cache=True)
     logits = lm.lm_head(out.last_hidden_state[:, -1, :])
-    return logits, DecodeState(out.past_key_values, attention_mask, positions[:, -1:] + 1)
+    return logits, DecodeState(out.past_key_values, key_mask, positions[:, -1:] + 1)
 
 
 def decode_step(
     lm: LlamaForCausalLM, token: torch.Tensor, state: DecodeState
 ) -> tuple[torch.Tensor, DecodeState]:
     """Feed one token per row. token: (B, 1) ids. Returns logits (B, V) and the advanced state."""
-    ones = torch.ones_like(state.attention_mask[:, :1])
-    mask = torch.cat([state.attention_mask, ones], dim=1)
+    key_mask, mask = None, None
+    if state.key_mask is not None:
+        key_mask = torch.cat([state.key_mask, torch.ones_like(state.key_mask[:, :1])], dim=1)
+        mask = llm_attention_mask(key_mask, 1, lm.lm_head.weight.dtype)
     out = lm.model(
         input_ids=token,
         attention_mask=mask,
@@ -100,7 +127,7 @@ def decode_step(
         use_cache=True,
     )
     logits = lm.lm_head(out.last_hidden_state[:, -1, :])
-    return logits, DecodeState(out.past_key_values, mask, state.next_position + 1)
+    return logits, DecodeState(out.past_key_values, key_mask, state.next_position + 1)
 
 
 def select_token(

@@ -1,8 +1,10 @@
-"""Inference methods shared by the reference model and the adapter over Hugging Face OpenVLA.
+"""Inference methods shared by the native model and the adapter over Hugging Face OpenVLA.
 
 ``OpenVLAInferenceMixin`` needs only what both models have: ``vision_backbone``, ``projector``,
 ``language_model`` (a ``LlamaForCausalLM``), ``get_input_embeddings()``, ``norm_stats``,
-``action_tokenizer`` and ``empty_token_id``. Images go in once per call; token counts come from tensors.
+``action_tokenizer``, ``empty_token_id`` and ``pad_token_id``. Images go in once per call; token counts come
+from tensors. ``generate`` and ``predict_action`` read no tensor value on the host until the final copy of
+the action tokens (see :mod:`prismatic_tr.models.prompt` and :mod:`prismatic_tr.models.generation`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,8 @@ import torch
 
 from .action_tokenizer import unnormalize_actions
 from .config import IGNORE_INDEX
-from .generation import (
-    GenerateOutput,
-    decode_loop,
-    prefill,
-    to_left_padding,
-    to_right_padding,
-    validate_generation_args,
-)
+from .generation import GenerateOutput, decode_loop, prefill, validate_generation_args
+from .prompt import Prompt, prepare_prompt
 
 
 class OpenVLAInferenceMixin:
@@ -65,22 +61,41 @@ class OpenVLAInferenceMixin:
         return embeds, mask, labels
 
     # --- generation ---
-    def prepare_prefill(
-        self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None, attention_mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Prompt embeddings (B, T, D) and mask (B, T) or None; T = L + K with an image.
+    def make_prompt(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, for_actions: bool) -> Prompt:
+        """Real tokens first in every row, OpenVLA's empty token appended where missing when ``for_actions``."""
+        append = self.empty_token_id if for_actions else None
+        return prepare_prompt(input_ids, attention_mask, append, int(self.pad_token_id))
 
-        Accepts left- or right-padded prompts: rows are right-aligned (BOS at position 0) for the patch
-        insertion; :func:`prefill` left-aligns them for decoding. Runs the vision backbone once.
-        """
-        if attention_mask is not None:
-            attention_mask, input_ids = to_right_padding(attention_mask, input_ids)
+    def prepare_prefill(self, prompt: Prompt, pixel_values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prompt embeddings (B, T, D) and key mask (B, T) or None; T = L + K with an image. Runs the vision
+        backbone once."""
+        device = self.get_input_embeddings().weight.device
+        ids = prompt.ids.to(device)
+        mask = prompt.key_mask.to(device) if prompt.key_mask is not None else None
         if pixel_values is None:
-            embeds = self.get_input_embeddings()(input_ids)
-        else:
-            projected = self.embed_images(pixel_values)
-            embeds, attention_mask, _ = self.build_multimodal_inputs(input_ids, attention_mask, projected)
-        return embeds, attention_mask
+            return self.get_input_embeddings()(ids), mask
+        embeds, mask, _ = self.build_multimodal_inputs(ids, mask, self.embed_images(pixel_values))
+        return embeds, mask
+
+    @torch.no_grad()
+    def generate_from_prompt(
+        self,
+        prompt: Prompt,
+        pixel_values: torch.Tensor | None,
+        max_new_tokens: int = 7,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        return_logits: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor | GenerateOutput:
+        """:meth:`generate` on a prepared :class:`Prompt`; the new tokens (B, new) or ``GenerateOutput``
+        whose ``sequences`` hold only the new tokens."""
+        validate_generation_args(max_new_tokens, do_sample, temperature)
+        embeds, mask = self.prepare_prefill(prompt, pixel_values)
+        first_logits, state = prefill(self.language_model, embeds, mask)
+        new, logits = decode_loop(self.language_model, first_logits, state, max_new_tokens, do_sample, temperature,
+                                  generator, keep_logits=return_logits)
+        return GenerateOutput(new, logits) if return_logits else new
 
     @torch.no_grad()
     def generate(
@@ -100,46 +115,25 @@ class OpenVLAInferenceMixin:
             input_ids: (B, L), left- or right-padded when ``attention_mask`` marks padding.
             pixel_values: (B, C, H, W) or None (text only).
         Returns:
-            (B, L + new) ids (prompt ids left-aligned when padded), or ``GenerateOutput`` with the
-            float32 logits (B, new, V) of each step when ``return_logits``.
+            (B, L' + new) ids: each row's real prompt tokens first, then the new tokens (rows of a padded batch
+            are right-padded with ``pad_token_id`` before the new tokens; L' = longest prompt), or
+            ``GenerateOutput`` with those sequences and the float32 logits (B, new, V) of each step.
         """
-        validate_generation_args(max_new_tokens, do_sample, temperature)
-        embeds, mask = self.prepare_prefill(input_ids, pixel_values, attention_mask)
-        first_logits, state = prefill(self.language_model, embeds, mask)
-        new, logits = decode_loop(
-            self.language_model,
-            first_logits,
-            state,
-            max_new_tokens,
-            do_sample,
-            temperature,
-            generator,
-            keep_logits=return_logits,
-        )
-        prompt = input_ids if attention_mask is None else to_left_padding(attention_mask, input_ids)[1]
-        sequences = torch.cat([prompt, new], dim=1)
-        return GenerateOutput(sequences, logits) if return_logits else sequences
+        prompt = self.make_prompt(input_ids, attention_mask, for_actions=False)
+        out = self.generate_from_prompt(prompt, pixel_values, max_new_tokens, do_sample, temperature, return_logits,
+                                        generator)
+        new = out.sequences if isinstance(out, GenerateOutput) else out
+        sequences = torch.cat([prompt.ids.to(new.device), new], dim=1)
+        return GenerateOutput(sequences, out.logits) if isinstance(out, GenerateOutput) else sequences
 
     # --- actions ---
-    def append_empty_token(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Append ``empty_token_id`` (if set) as a real token: (B, L) -> (B, L + 1); padding is handled by
-        the alignment in :meth:`generate`. No data-dependent check (OpenVLA's prompt never ends with it)."""
-        if self.empty_token_id is None:
-            return input_ids, attention_mask
-        extra = torch.full_like(input_ids[:, :1], self.empty_token_id)
-        if attention_mask is not None:
-            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        return torch.cat([input_ids, extra], dim=1), attention_mask
-
     def _check_unnorm_key(self, unnorm_key: str | None) -> str:
-        keys = sorted(self.norm_stats)
+        keys = sorted(self.norm_stats or {})
         if unnorm_key is None:
             if len(keys) != 1:
                 raise ValueError(f"unnorm_key=None but the model has statistics for {keys}; pass one of them")
             return keys[0]
-        if unnorm_key not in self.norm_stats:
+        if unnorm_key not in keys:
             raise ValueError(f"Unknown unnorm_key {unnorm_key!r}; allowed: {keys}")
         return unnorm_key
 
@@ -150,6 +144,11 @@ class OpenVLAInferenceMixin:
     def get_action_stats(self, unnorm_key: str | None = None) -> dict[str, Any]:
         """The "action" statistics (q01, q99, mask, ...) of dataset ``unnorm_key``."""
         return self.norm_stats[self._check_unnorm_key(unnorm_key)]["action"]
+
+    def actions_from_tokens(self, token_ids: np.ndarray, unnorm_key: str | None = None) -> np.ndarray:
+        """(B, A) action token ids -> (B, A) un-normalised actions (bin centres, q01/q99 with the mask)."""
+        normalized = self.action_tokenizer.decode_token_ids_to_actions(token_ids)
+        return unnormalize_actions(normalized, self.get_action_stats(unnorm_key))
 
     @torch.no_grad()
     def predict_action(
@@ -163,26 +162,17 @@ class OpenVLAInferenceMixin:
     ) -> np.ndarray:
         """Generate ``action_dim`` tokens, map them to bin centres and un-normalise with q01/q99 and mask.
 
+        As OpenVLA's ``predict_action``: the empty token (``empty_token_id``, 29871 for Llama-2 checkpoints) is
+        appended after the last real token of every row unless it is already there, and greedy decoding is the
+        default. Unlike OpenVLA's, a batch of several prompts (padded left or right) is allowed.
+
         Returns:
             np.ndarray (A,) for a batch of one, (B, A) otherwise. ``kwargs``: temperature, generator.
-        When ``self.empty_token_id`` is set (HF OpenVLA: 29871), that token is appended after the last real
-        token of every row first, as OpenVLA does (the reference model sets None: its tokenizer has none).
         """
         if input_ids is None or pixel_values is None:
             raise ValueError("predict_action needs input_ids and pixel_values")
-        input_ids, attention_mask = self.append_empty_token(input_ids, attention_mask)
         key = self._check_unnorm_key(unnorm_key)
-        dim = self.get_action_dim(key)
-        seqs = self.generate(
-            input_ids,
-            pixel_values,
-            attention_mask=attention_mask,
-            max_new_tokens=dim,
-            do_sample=do_sample,
-            **kwargs,
-        )
-        ids = seqs[:, -dim:].cpu().numpy()
-        actions = unnormalize_actions(
-            self.action_tokenizer.decode_token_ids_to_actions(ids), self.get_action_stats(key)
-        )
+        prompt = self.make_prompt(input_ids, attention_mask, for_actions=True)
+        new = self.generate_from_prompt(prompt, pixel_values, self.get_action_dim(key), do_sample, **kwargs)
+        actions = self.actions_from_tokens(new.cpu().numpy(), key)  # the one copy to the host
         return actions[0] if actions.shape[0] == 1 else actions

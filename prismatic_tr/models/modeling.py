@@ -1,11 +1,12 @@
-"""``ReferenceOpenVLA``: an OpenVLA-architecture model (timm vision backbone -> MLP projector -> Llama).
+"""``NativeOpenVLA``: OpenVLA (timm vision towers -> MLP projector -> Llama) without OpenVLA's remote code.
 
-Random weights; behaves like the Hugging Face OpenVLA model (``OpenVLAForActionPrediction``) for everything
-token reduction touches: attributes ``vision_backbone`` / ``projector`` / ``language_model``, a ``forward``
-that puts the projected patches right after BOS and sizes masks and labels from the actual number of projected
-tokens, ``generate`` that consumes the image, and ``predict_action`` with OpenVLA's bins and un-normalisation.
-A plain ``nn.Module`` (not a ``PreTrainedModel``) with its own ``save_pretrained`` / ``from_pretrained``
-(config.json + model.safetensors), so it behaves the same on transformers 4.40 and 5.x.
+Same modules and parameter names as OpenVLA's ``OpenVLAForActionPrediction`` (``vision_backbone``,
+``projector``, ``language_model`` a transformers ``LlamaForCausalLM``), the same ``forward`` layout (projected
+patches right after BOS; masks and labels sized from the actual number of projected tokens), and OpenVLA's
+``predict_action`` (empty-token rule, greedy action tokens, bin centres, q01/q99 un-normalisation with the
+mask). It reads and writes OpenVLA's checkpoint layout (``config.json`` + safetensors, see
+:mod:`prismatic_tr.models.checkpoint`) on transformers 4.40 and 5.x alike: a plain ``nn.Module``, not a
+``PreTrainedModel``, so nothing of transformers' loading machinery is involved.
 """
 
 from __future__ import annotations
@@ -16,24 +17,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import ModelOutput
 
 from .action_tokenizer import ActionTokenizer
-from .config import ReferenceOpenVLAConfig
+from .checkpoint import DEFAULT_MAX_SHARD_BYTES, load_weights_, save_weights
+from .config import MODEL_TYPE, NativeOpenVLAConfig
 from .inference import OpenVLAInferenceMixin
 from .init_utils import parameters_on_meta
-from .vision import ReferenceProjector, ReferenceVisionBackbone
+from .vision import NativeProjector, NativeVisionBackbone
 
-CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
-DTYPE_KEY = "prismatic_tr_weights_dtype"
+CONFIG_NAME = "config.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
 class PrismaticCausalLMOutput(ModelOutput):
-    """Output of :meth:`ReferenceOpenVLA.forward`; ``projector_features`` is (B, K, llm_dim) or None."""
+    """Output of :meth:`NativeOpenVLA.forward`; ``projector_features`` is (B, K, llm_dim) or None."""
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
@@ -50,25 +51,25 @@ def build_language_model(text_config: LlamaConfig, attn_implementation: str) -> 
     return LlamaForCausalLM(cfg)
 
 
-class ReferenceOpenVLA(OpenVLAInferenceMixin, nn.Module):
-    """OpenVLA-architecture VLA. See the module docstring; shapes are given on each method."""
+class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
+    """OpenVLA, natively. See the module docstring; shapes are given on each method."""
 
-    def __init__(self, config: ReferenceOpenVLAConfig) -> None:
+    def __init__(self, config: NativeOpenVLAConfig) -> None:
         super().__init__()
         self.config = config
-        self.vision_backbone = ReferenceVisionBackbone(
-            config.timm_model_ids, config.image_sizes, config.vision_specs
+        self.vision_backbone = NativeVisionBackbone(
+            config.timm_model_ids, config.image_sizes, config.timm_override_act_layers, config.timm_model_kwargs
         )
-        self.projector = ReferenceProjector(
+        self.projector = NativeProjector(
             config.use_fused_vision_backbone, self.vision_backbone.embed_dim, config.text_config.hidden_size
         )
         self.language_model = build_language_model(config.text_config, config.attn_implementation_llm)
         self.vocab_size = config.text_vocab_size  # unpadded, as OpenVLA's OpenVLAForActionPrediction
         self.pad_token_id = config.text_config.pad_token_id
         self.norm_stats: dict[str, Any] = config.norm_stats or {}
+        self.empty_token_id: int | None = config.empty_token_id
         self.action_tokenizer = ActionTokenizer(self.vocab_size, n_bins=config.n_action_bins)
         self.bins, self.bin_centers = self.action_tokenizer.bins, self.action_tokenizer.bin_centers
-        self.empty_token_id: int | None = None  # OpenVLA appends Llama's 29871; this tokenizer has none
 
     # --- HF-style conveniences (PEFT, training code) ---
     @property
@@ -112,9 +113,7 @@ class ReferenceOpenVLA(OpenVLAInferenceMixin, nn.Module):
         projected = None
         if pixel_values is not None and past_key_values is None:
             if input_ids is None or inputs_embeds is not None:
-                raise ValueError(
-                    "a multimodal forward needs input_ids (and no inputs_embeds) with pixel_values"
-                )
+                raise ValueError("a multimodal forward needs input_ids (and no inputs_embeds) with pixel_values")
             projected = self.embed_images(pixel_values)
             inputs_embeds, attention_mask, labels = self.build_multimodal_inputs(
                 input_ids, attention_mask, projected, labels
@@ -140,16 +139,21 @@ class ReferenceOpenVLA(OpenVLAInferenceMixin, nn.Module):
             projector_features=projected,
         )
 
-    # --- persistence ---
-    def save_pretrained(self, save_directory: str | os.PathLike, **_: Any) -> None:
-        """Write config.json (with norm_stats, token_reduction, dtype) and model.safetensors."""
+    # --- persistence (OpenVLA's layout) ---
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, **_: Any
+    ) -> None:
+        """Write ``config.json`` (OpenVLA's fields with norm_stats, token_reduction, torch_dtype) and the
+        weights under OpenVLA's key names (sharded above ``max_shard_bytes``)."""
         os.makedirs(save_directory, exist_ok=True)
         cfg = self.config.to_dict()
-        cfg["norm_stats"], cfg[DTYPE_KEY] = self.norm_stats, str(self.dtype).replace("torch.", "")
+        cfg["norm_stats"] = self.norm_stats
+        cfg["torch_dtype"] = str(self.dtype).replace("torch.", "")
+        for key in ("auto_map", "dtype", "_name_or_path"):  # no remote code travels with a native checkpoint
+            cfg.pop(key, None)
         with open(os.path.join(save_directory, CONFIG_NAME), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
-        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(tensors, os.path.join(save_directory, WEIGHTS_NAME), metadata={"format": "pt"})
+        save_weights(self, save_directory, max_shard_bytes)
 
     @classmethod
     def from_pretrained(
@@ -158,30 +162,45 @@ class ReferenceOpenVLA(OpenVLAInferenceMixin, nn.Module):
         torch_dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
         **_: Any,
-    ) -> ReferenceOpenVLA:
-        """Load a directory written by :meth:`save_pretrained`; dtype defaults to the saved one."""
+    ) -> NativeOpenVLA:
+        """Load an OpenVLA checkpoint directory; dtype defaults to the checkpoint's ``torch_dtype``.
+
+        The model is built on the meta device and filled tensor by tensor from the safetensors files
+        (no second copy in memory). Missing / unexpected keys raise ValueError listing them.
+        """
         config, saved_dtype = load_config(directory)
+        dtype = torch_dtype or saved_dtype
         with parameters_on_meta():
             model = cls(config)
-        state = load_file(os.path.join(directory, WEIGHTS_NAME))
-        model.load_state_dict(state, strict=True, assign=True)
-        return model.to(device=device, dtype=torch_dtype or saved_dtype).eval()
+        load_weights_(model, directory, dtype, device or "cpu")
+        return model.to(device=device).eval()
 
 
-def load_config(directory: str | os.PathLike) -> tuple[ReferenceOpenVLAConfig, torch.dtype]:
-    """Read config.json of a reference checkpoint -> (config, dtype of the saved weights).
-
-    Raises FileNotFoundError without config.json, ValueError if it describes another model type.
-    """
+def read_config_dict(directory: str | os.PathLike) -> dict[str, Any]:
+    """``config.json`` of a checkpoint directory as a dict; ValueError when there is none."""
     path = os.path.join(directory, CONFIG_NAME)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"No {CONFIG_NAME} in {str(directory)!r}")
+        raise ValueError(f"no {CONFIG_NAME} in {str(directory)!r}; it is not a model checkpoint directory")
     with open(path) as f:
-        data = json.load(f)
-    if data.get("model_type") != ReferenceOpenVLAConfig.model_type:
-        raise ValueError(
-            f"{path!r} has model_type {data.get('model_type')!r}; expected {ReferenceOpenVLAConfig.model_type!r}"
-        )
+        return json.load(f)
+
+
+def load_config(directory: str | os.PathLike) -> tuple[NativeOpenVLAConfig, torch.dtype]:
+    """Read an OpenVLA ``config.json`` -> (config, dtype of the saved weights, float32 if unstated).
+
+    Raises ValueError for another model type or settings the native model cannot build.
+    """
+    data = read_config_dict(directory)
+    if data.get("model_type") != MODEL_TYPE:
+        raise ValueError(f"{os.path.join(directory, CONFIG_NAME)!r} has model_type {data.get('model_type')!r}; "
+                         f"the native model loads {MODEL_TYPE!r} checkpoints")
     data.pop("model_type", None)
-    saved = getattr(torch, str(data.pop(DTYPE_KEY, "float32")), None)
-    return ReferenceOpenVLAConfig(**data), (saved if isinstance(saved, torch.dtype) else torch.float32)
+    saved = str(data.pop("torch_dtype", None) or data.pop("dtype", None) or "float32").replace("torch.", "")
+    data.pop("dtype", None)
+    for key in ("transformers_version", "auto_map", "_name_or_path"):
+        data.pop(key, None)
+    return NativeOpenVLAConfig(**data), DTYPES.get(saved, torch.float32)
+
+
+# v0.1 name
+ReferenceOpenVLA = NativeOpenVLA

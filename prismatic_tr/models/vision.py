@@ -1,8 +1,10 @@
-"""Vision backbone (timm ViTs, second-to-last block, patch tokens only) and the MLP projector of OpenVLA.
+"""OpenVLA's vision backbone (timm towers, second-to-last block, patch tokens only) and MLP projector.
 
-Structure follows OpenVLA's Hugging Face remote code (``PrismaticVisionBackbone``, ``PrismaticProjector``):
-the featurizers are timm ``VisionTransformer`` instances whose ``forward`` is replaced, on the instance, by
-"features of the second-to-last block with the prefix tokens (CLS, registers) dropped".
+Structure and parameter names follow OpenVLA's ``PrismaticVisionBackbone`` / ``PrismaticProjector``
+(openvla/openvla ``prismatic/extern/hf/modeling_prismatic.py``, MIT) so checkpoints map one to one; the
+towers are plain timm ``VisionTransformer`` instances (LayerScale keeps timm's ``gamma``; the checkpoint's
+``scale_factor`` is renamed at load/save, see ``checkpoint.py``) whose ``forward`` is replaced, on the
+instance, by "features of the second-to-last block with the prefix tokens (CLS, registers) dropped".
 """
 
 from __future__ import annotations
@@ -15,57 +17,68 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 
-def penultimate_patch_features(vit: VisionTransformer, pixel_values: torch.Tensor) -> torch.Tensor:
-    """Features of block ``depth - 2`` without prefix tokens.
+def penultimate_patch_features(vit: VisionTransformer, pixel_values: torch.Tensor, run_last_block: bool) -> torch.Tensor:
+    """Output of block ``depth - 2`` without prefix tokens: (B, 3, H, W) -> (B, (H / p) * (W / p), D).
 
-    Args:
-        vit: a timm VisionTransformer.
-        pixel_values: (B, 3, H, W).
-    Returns:
-        (B, N_patch, D) with N_patch = (H / patch) * (W / patch).
+    OpenVLA calls ``vit.get_intermediate_layers(n={depth - 2})``, which runs every block and discards the last
+    one's output. With ``run_last_block=False`` the last block is skipped: the same tensor, bit for bit, for
+    1 / depth less work. The steps follow timm's ``_intermediate_layers`` (0.9.10 and 1.0.x): patch embedding,
+    position embedding, patch dropout, pre-norm, blocks; no final norm.
     """
-    out = vit.get_intermediate_layers(pixel_values, n=[len(vit.blocks) - 2])
-    return out[0]  # timm 0.9 returns a tuple, timm 1.x a list
+    if run_last_block:
+        return vit.get_intermediate_layers(pixel_values, n={len(vit.blocks) - 2})[0]  # tuple (0.9) / list (1.x)
+    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(pixel_values))))
+    for block in vit.blocks[: len(vit.blocks) - 1]:
+        x = block(x)
+    return x[:, vit.num_prefix_tokens :]
 
 
-class _PenultimateForward:
-    """Replacement ``forward`` for a featurizer instance (picklable, unlike a lambda)."""
+class PenultimateForward:
+    """Replacement ``forward`` of a featurizer instance (picklable, unlike a lambda)."""
 
-    def __init__(self, vit: VisionTransformer) -> None:
-        self.vit = vit
+    def __init__(self, vit: VisionTransformer, run_last_block: bool = False) -> None:
+        self.vit, self.run_last_block = vit, run_last_block
 
     def __call__(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return penultimate_patch_features(self.vit, pixel_values)
+        return penultimate_patch_features(self.vit, pixel_values, self.run_last_block)
 
 
-def make_featurizer(timm_id: str, image_size: int, tiny_spec: dict[str, Any] | None) -> VisionTransformer:
-    """Build a random-weight timm ViT whose ``forward`` returns penultimate patch features (B, N, D)."""
-    if tiny_spec is not None:
-        vit = VisionTransformer(**tiny_spec)
-    else:
-        vit = timm.create_model(timm_id, pretrained=False, num_classes=0, img_size=image_size)
-    vit.forward = _PenultimateForward(vit)  # type: ignore[method-assign]
+def make_featurizer(timm_id: str, image_size: int, act_layer: str | None, kwargs: dict[str, Any] | None) -> VisionTransformer:
+    """A random-weight timm tower as OpenVLA builds it, plus architecture overrides (small presets)."""
+    vit = timm.create_model(timm_id, pretrained=False, num_classes=0, img_size=image_size, act_layer=act_layer,
+                            **(kwargs or {}))
+    vit.forward = PenultimateForward(vit)  # type: ignore[method-assign]
     return vit
 
 
-class ReferenceVisionBackbone(nn.Module):
-    """DINOv2 + SigLIP (fused, channels concatenated) or SigLIP alone; returns patch features.
+class NativeVisionBackbone(nn.Module):
+    """One tower (SigLIP, ...) or two fused ones (DINOv2 + SigLIP, channels of the input split, features
+    concatenated); ``forward``: (B, 3 * towers, H, W) -> (B, N_patch, embed_dim)."""
 
-    ``forward(pixel_values)``: (B, 3 * n_featurizers, H, W) -> (B, N_patch, embed_dim). For the fused backbone
-    channels 0-2 are the DINOv2-normalised image and 3-5 the SigLIP-normalised one.
-    """
-
-    def __init__(self, timm_ids: list[str], image_sizes: list[int], tiny_specs: list[dict] | None) -> None:
+    def __init__(
+        self,
+        timm_ids: list[str],
+        image_sizes: list[int],
+        act_layers: list[str | None] | None = None,
+        tower_kwargs: list[dict[str, Any] | None] | None = None,
+    ) -> None:
         super().__init__()
-        specs = tiny_specs if tiny_specs is not None else [None] * len(timm_ids)
-        self.use_fused_vision_backbone = len(timm_ids) == 2
-        self.featurizer = make_featurizer(timm_ids[0], image_sizes[0], specs[0])
+        n = len(timm_ids)
+        acts = act_layers if act_layers is not None else [None] * n
+        kwargs = tower_kwargs if tower_kwargs is not None else [None] * n
+        self.use_fused_vision_backbone = n == 2
+        self.featurizer = make_featurizer(timm_ids[0], image_sizes[0], acts[0], kwargs[0])
         self.fused_featurizer = (
-            make_featurizer(timm_ids[1], image_sizes[1], specs[1]) if self.use_fused_vision_backbone else None
+            make_featurizer(timm_ids[1], image_sizes[1], acts[1], kwargs[1]) if self.use_fused_vision_backbone else None
         )
         self.embed_dim = self.featurizer.embed_dim + (
             self.fused_featurizer.embed_dim if self.fused_featurizer is not None else 0
         )
+
+    @property
+    def towers(self) -> list[VisionTransformer]:
+        """The timm towers, featurizer first."""
+        return [t for t in (self.featurizer, self.fused_featurizer) if t is not None]
 
     def get_num_patches(self) -> int:
         """Patch tokens per image produced by the (unreduced) featurizer."""
@@ -89,7 +102,7 @@ class ReferenceVisionBackbone(nn.Module):
         return torch.cat([self.featurizer(img), self.fused_featurizer(img_fused)], dim=2)
 
 
-class ReferenceProjector(nn.Module):
+class NativeProjector(nn.Module):
     """OpenVLA's MLP projector, applied per token: (B, K, vision_dim) -> (B, K, llm_dim) for any K.
 
     Fused: fc1 vision->4*vision, GELU, fc2 ->llm, GELU, fc3 llm->llm. Single: fc1 vision->llm, GELU, fc2 llm->llm.
@@ -115,3 +128,8 @@ class ReferenceProjector(nn.Module):
         if self.use_fused_vision_backbone:
             x = self.fc3(self.act_fn2(x))
         return x
+
+
+# v0.1 names
+ReferenceVisionBackbone = NativeVisionBackbone
+ReferenceProjector = NativeProjector

@@ -15,8 +15,6 @@ from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, 
 
 logger = logging.getLogger(__name__)
 
-# The real OpenVLA's predict_action appends Llama-2's empty token after "Out:"; training must match.
-HF_OPENVLA_PROMPT_SUFFIX = (29871,)
 
 
 def load_base(vla_path: str, dtype: torch.dtype, device: str | torch.device = "cpu") -> tuple[nn.Module, Any]:
@@ -28,8 +26,15 @@ def load_base(vla_path: str, dtype: torch.dtype, device: str | torch.device = "c
 
 
 def prompt_suffix_ids(vla: nn.Module) -> tuple[int, ...]:
-    """Token ids appended after the prompt at inference (none for the reference model)."""
-    return HF_OPENVLA_PROMPT_SUFFIX if getattr(vla.config, "model_type", "") == "openvla" else ()
+    """Token ids that ``predict_action`` appends after the prompt (OpenVLA's empty token 29871 for Llama-2
+    checkpoints, none for small vocabularies); training prompts must end the same way."""
+    empty = getattr(vla, "empty_token_id", None)
+    if empty is None and getattr(getattr(vla, "config", None), "model_type", "") == "openvla" and not hasattr(
+            vla, "empty_token_id"):  # OpenVLA's remote-code model: always 29871
+        from prismatic_tr.models.backbones import LLAMA2_EMPTY_TOKEN_ID
+
+        empty = LLAMA2_EMPTY_TOKEN_ID
+    return (int(empty),) if empty is not None else ()
 
 
 def set_token_reduction(vla: nn.Module, cfg: TokenReductionConfig) -> None:

@@ -1,0 +1,141 @@
+"""Weights of an OpenVLA checkpoint directory: key names, streaming load into a model on meta, save.
+
+Layout (as OpenVLA's ``save_pretrained`` writes it): ``model.safetensors``, or shards listed in
+``model.safetensors.index.json`` (``{"weight_map": {key: file}}``). Keys equal the native model's
+``state_dict`` keys except LayerScale: OpenVLA renames timm's ``ls1.gamma`` / ``ls2.gamma`` to
+``ls1.scale_factor`` / ``ls2.scale_factor`` (transformers rewrites parameter names containing "gamma").
+
+Loading streams one tensor at a time from the memory-mapped files into the model's meta parameters, cast to
+the target dtype and device, so a 7B checkpoint never needs a second copy of the model in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
+_LAYERSCALE = re.compile(r"^(vision_backbone\.(?:featurizer|fused_featurizer)\..*\.ls[12])\.(gamma|scale_factor)$")
+# Buffers some transformers versions saved although the model rebuilds them (rotary frequencies).
+_IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+
+
+def to_checkpoint_key(name: str) -> str:
+    """Native ``state_dict`` key -> OpenVLA checkpoint key (LayerScale ``gamma`` -> ``scale_factor``)."""
+    m = _LAYERSCALE.match(name)
+    return f"{m.group(1)}.scale_factor" if m else name
+
+
+def from_checkpoint_key(key: str) -> str:
+    """OpenVLA checkpoint key -> native ``state_dict`` key (``scale_factor`` -> timm's ``gamma``)."""
+    m = _LAYERSCALE.match(key)
+    return f"{m.group(1)}.gamma" if m else key
+
+
+def weight_files(directory: str | os.PathLike) -> list[Path]:
+    """The safetensors files of a checkpoint directory; ValueError naming what is there otherwise."""
+    d = Path(directory)
+    if (d / INDEX_NAME).is_file():
+        with open(d / INDEX_NAME) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        missing = [name for name in files if not (d / name).is_file()]
+        if missing:
+            raise ValueError(f"{d / INDEX_NAME} lists shards that are missing: {missing}")
+        return [d / name for name in files]
+    if (d / WEIGHTS_NAME).is_file():
+        return [d / WEIGHTS_NAME]
+    found = sorted(p.name for p in d.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".json"))
+    raise ValueError(f"{str(d)!r} has no {WEIGHTS_NAME} or {INDEX_NAME} (found {found}); "
+                     "only safetensors checkpoints are loaded natively")
+
+
+def _iter_checkpoint(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                yield key, f.get_tensor(key)
+
+
+def _assign(model: nn.Module, name: str, value: torch.Tensor) -> None:
+    module_name, _, leaf = name.rpartition(".")
+    module = model.get_submodule(module_name)
+    if leaf in module._parameters:
+        old = module._parameters[leaf]
+        module._parameters[leaf] = nn.Parameter(value, requires_grad=old.requires_grad if old is not None else True)
+    else:
+        module._buffers[leaf] = value
+
+
+def _listing(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"{shown}, ... ({len(keys)} in all)" if len(keys) > limit else shown
+
+
+def load_weights_(model: nn.Module, directory: str | os.PathLike, dtype: torch.dtype, device: torch.device | str) -> None:
+    """Fill ``model`` (parameters on meta or real) from the checkpoint in ``directory``, in place.
+
+    Floating tensors are cast to ``dtype``; every tensor goes to ``device``. Raises ValueError listing the
+    missing keys (in the model, not in the checkpoint) or unexpected keys (in the checkpoint only), or a shape
+    that does not match, before returning; the model is then partly filled and should be discarded.
+    """
+    expected = {name: t.shape for name, t in model.state_dict().items()}
+    seen: set[str] = set()
+    unexpected: list[str] = []
+    for key, tensor in _iter_checkpoint(weight_files(directory)):
+        name = from_checkpoint_key(key)
+        if name not in expected:
+            if not _IGNORED.search(key):
+                unexpected.append(key)
+            continue
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise ValueError(f"checkpoint tensor {key!r} has shape {tuple(tensor.shape)}; the model built from "
+                             f"config.json expects {tuple(expected[name])}")
+        value = tensor.to(dtype) if tensor.is_floating_point() else tensor
+        _assign(model, name, value.to(device))
+        seen.add(name)
+    missing = sorted(set(expected) - seen)
+    if missing or unexpected:
+        parts = ([f"missing keys (the model has them, the checkpoint does not): {_listing(missing)}"] if missing else []) + (
+            [f"unexpected keys (in the checkpoint only): {_listing(sorted(unexpected))}"] if unexpected else [])
+        raise ValueError(f"checkpoint {str(directory)!r} does not match its config: " + "; ".join(parts))
+
+
+def save_weights(model: nn.Module, directory: str | os.PathLike, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> list[Path]:
+    """Write ``model``'s weights with OpenVLA's key names: one file, or shards plus an index when larger."""
+    if max_shard_bytes < 1:
+        raise ValueError(f"max_shard_bytes={max_shard_bytes}; must be >= 1")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in model.state_dict().items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][to_checkpoint_key(name)] = tensor.detach().contiguous().cpu()
+        size += nbytes
+    for stale in [*d.glob("model-*-of-*.safetensors"), d / WEIGHTS_NAME, d / INDEX_NAME]:
+        stale.unlink(missing_ok=True)
+    if len(shards) == 1:
+        save_file(shards[0], str(d / WEIGHTS_NAME), metadata={"format": "pt"})
+        return [d / WEIGHTS_NAME]
+    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    weight_map: dict[str, str] = {}
+    for name, shard in zip(names, shards, strict=True):
+        save_file(shard, str(d / name), metadata={"format": "pt"})
+        weight_map.update({key: name for key in shard})
+    total = sum(t.numel() * t.element_size() for shard in shards for t in shard.values())
+    with open(d / INDEX_NAME, "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+    return [d / name for name in names]
