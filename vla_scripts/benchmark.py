@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_scripts.cli import parse_config_or_exit
+from vla_scripts.cli import EXIT_BAD_INPUT, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -99,7 +99,11 @@ def load_model(cfg: BenchmarkConfig, device: torch.device, dtype: torch.dtype) -
     from prismatic_tr.models import build_processor, build_vla, load_vla
 
     if cfg.vla_path is not None:
-        vla, processor = load_vla(cfg.vla_path, dtype=dtype, device=str(device), reference_api=True)
+        try:
+            vla, processor = load_vla(cfg.vla_path, dtype=dtype, device=str(device), reference_api=True)
+        except (OSError, ValueError) as err:  # RemoteCodeError is a ValueError
+            print(f"benchmark.py: error: cannot load --vla_path {cfg.vla_path!r}: {err}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_INPUT) from None
         return vla, processor, f"checkpoint {cfg.vla_path}"
     preset = cfg.preset or ("openvla-7b" if device.type == "cuda" else "cpu-bench")
     vla = build_vla(preset, cfg.vision_backbone_id, dtype=dtype, device=device, seed=cfg.seed)

@@ -61,7 +61,11 @@ def weight_files(directory: str | os.PathLike) -> list[Path]:
 
 def _iter_checkpoint(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
     for path in files:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
+        try:
+            handle = safe_open(str(path), framework="pt", device="cpu")
+        except Exception as err:  # noqa: BLE001 (safetensors raises its own error type)
+            raise ValueError(f"cannot read {str(path)!r} as safetensors: {err}") from err
+        with handle as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                 yield key, f.get_tensor(key)
 
