@@ -12,6 +12,11 @@ def count_by_ratio(n_patch: int, cfg: ReducerConfig) -> int:
     return num_kept(n_patch, cfg.reduction_ratio)
 
 
+def top_k_sorted(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """(B, N) scores -> (B, k) int64 indices of the ``k`` highest scores of each row, ascending (topk + sort)."""
+    return scores.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+
+
 def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> ReductionOutput:
     """Keep the ``k`` highest-scoring tokens of each row, in their original (ascending) order.
 
@@ -25,6 +30,6 @@ def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> Redu
 
     Four kernels (topk, sort, gather; the expand is a view), no host sync, static shapes.
     """
-    idx = scores.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+    idx = top_k_sorted(scores, k)
     tokens = patches.gather(1, idx.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
     return ReductionOutput(tokens, idx)
