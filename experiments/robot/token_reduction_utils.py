@@ -21,6 +21,7 @@ from prismatic_tr.vla import (
     get_token_reduction,
     monkey_patch_vision_backbone_with_reduction,
     remove_token_reduction,
+    visual_token_count,
 )
 
 
@@ -44,4 +45,5 @@ __all__ = [
     "get_token_reduction",
     "monkey_patch_vision_backbone_with_reduction",
     "remove_token_reduction",
+    "visual_token_count",
 ]

@@ -7,6 +7,7 @@ from prismatic_tr.vla.attach import (
     attach_token_reduction,
     get_token_reduction,
     remove_token_reduction,
+    visual_token_count,
 )
 from prismatic_tr.vla.locate import BackboneInfo, find_vision_backbone, unwrap_vla
 from prismatic_tr.vla.quick import (
@@ -30,4 +31,5 @@ __all__ = [
     "read_settings",
     "remove_token_reduction",
     "unwrap_vla",
+    "visual_token_count",
 ]

@@ -1,10 +1,13 @@
 """Attach a :class:`TokenReducer` between an OpenVLA vision backbone and its projector, undoably.
 
-The reducer runs as a forward hook on ``vision_backbone``: the backbone's output (B, N, D) is replaced by
-the reduced (B, K, D) before the projector sees it. Nothing else in the model changes: no parameter,
-buffer or ``state_dict`` key is added, the model's own ``forward`` code is untouched, and the backbone's
-reported patch count (``get_num_patches()`` / ``num_patches``) follows the reduction while attached.
-``vision_backbone.forward(px)`` (which bypasses hooks) still returns the unreduced features.
+The reducer runs as a forward hook on ``vision_backbone``: the backbone's output (B, n * P, D) (n images of
+P patch tokens; n = 1 for OpenVLA, any n for OpenVLA-OFT) is replaced by (B, n * K, D), each image reduced on
+its own (:mod:`prismatic_tr.vla.layout`), before the projector sees it. Nothing else in the model changes: no
+parameter, buffer or ``state_dict`` key is added and the model's own ``forward`` code is untouched. While
+attached the backbone's ``get_num_patches()`` (added if its class lacks one, as OpenVLA's own
+``PrismaticVisionBackbone`` does) and a ``num_patches`` property report K per image; after ``remove()`` the
+backbone object is exactly as before (class, ``__dict__``, hooks). ``vision_backbone.forward(px)`` (which
+bypasses hooks) still returns the unreduced features.
 """
 
 from __future__ import annotations
@@ -15,37 +18,45 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers import TokenReducer
+from prismatic_tr.vla.layout import PerImageReducer, TokenLayout, token_layout
 from prismatic_tr.vla.locate import (
+    ORIGINAL_CLASS_ATTR,
     BackboneInfo,
     find_vision_backbone,
     images_in_input,
+    max_prefix_tokens,
     original_num_patches,
     patch_grid,
 )
 from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
 
 _HANDLE_ATTR = "_prismatic_tr_handle"
-_ORIG_CLASS_ATTR = "_prismatic_tr_original_class"
 _MISSING = object()
 
 
 class ReductionHandle:
-    """A live reduction on one VLA. ``remove()`` (or leaving a ``with`` block) restores the model exactly."""
+    """A live reduction on one VLA. ``remove()`` (or leaving a ``with`` block) restores the model exactly.
+
+    Counts, per sample (see :mod:`prismatic_tr.vla.layout`): every image is reduced on its own from P to K
+    patch tokens. ``reduced_num_patches_per_image()`` is K, which the backbone's ``get_num_patches()`` (and a
+    native backbone's ``num_patches``) report while attached, as they report P (per image) without reduction;
+    ``reduced_num_patches()`` is K times the images per sample, the patch tokens the projector receives.
+    """
 
     def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
         self.info = info
         self.settings = settings
-        self.num_images = images_in_input(info.backbone)
-        per_image = original_num_patches(info.backbone)
-        # Patch tokens of all images together (OFT-style backbones concatenate several images' tokens).
-        self.num_patches = per_image * self.num_images if per_image is not None else None
+        # Patch tokens of one image without reduction (None: the backbone does not say; one image assumed).
+        self.patches_per_image = original_num_patches(info.backbone)
+        self.max_prefix = max_prefix_tokens(info.backbone)
         grid = patch_grid(info.backbone) if settings.method == "spatial_pool" else None
-        if grid is not None and self.num_patches is not None and grid[0] * grid[1] != self.num_patches:
+        if grid is not None and grid[0] * grid[1] != self.patches_per_image:
             grid = None
         self.reducer = TokenReducer(settings.reducer_config(grid_size=grid))
-        if self.num_patches is not None:
-            self.reducer.output_tokens(self.num_patches)  # a grid that does not fit fails here, not mid-forward
+        if self.patches_per_image is not None:
+            self.reducer.output_tokens(self.patches_per_image)  # a grid that does not fit fails here, not mid-forward
         self._by_prefix: dict[int, TokenReducer] = {0: self.reducer}
+        self._by_layout: dict[TokenLayout, PerImageReducer] = {}
         self._hook: Any = None
         self._config = getattr(info.model, "config", None)
         self._saved_config: Any = _MISSING
@@ -55,29 +66,37 @@ class ReductionHandle:
     def backbone(self) -> nn.Module:
         return self.info.backbone
 
-    def reduced_num_patches(self) -> int:
-        """Patch tokens the projector receives while attached (all images of a sample together)."""
-        if self.num_patches is None:
-            raise ValueError("the backbone does not report its patch count, so the reduced count is unknown")
-        return self.reducer.output_tokens(self.num_patches)
-
     def reduced_num_patches_per_image(self) -> int:
-        """What ``get_num_patches()`` reports while attached: the reduced count over the images per sample.
+        """K: patch tokens each image keeps (what ``get_num_patches()`` reports while attached)."""
+        if self.patches_per_image is None:
+            raise ValueError("the backbone does not report its patch count, so the reduced count is unknown")
+        return self.reducer.output_tokens(self.patches_per_image)
 
-        OpenVLA-OFT multiplies ``get_num_patches()`` by ``get_num_images_in_input()``; this keeps that product
-        equal to the number of tokens the projector really receives (rounded down if the images do not split it
-        evenly).
+    def reduced_num_patches(self) -> int:
+        """Patch tokens per sample the projector receives: K x the images the backbone is set to encode now.
+
+        The image count is read from the backbone each call (OpenVLA-OFT: ``get_num_images_in_input()``), so
+        this equals ``get_num_patches() * get_num_images_in_input()``, OFT's own count. Prefix tokens that a
+        custom backbone emits (and the reduction keeps) come on top, as they do without reduction.
         """
-        return max(1, self.reduced_num_patches() // self.num_images)
+        return self.reduced_num_patches_per_image() * images_in_input(self.backbone)
 
-    def reducer_for(self, num_tokens: int) -> TokenReducer:
-        """The reducer for a backbone output of ``num_tokens`` tokens (prefix tokens protected if any)."""
-        prefix = 0
-        if self.settings.keep_cls_token and self.num_patches is not None and num_tokens > self.num_patches:
-            prefix = num_tokens - self.num_patches
-        if prefix not in self._by_prefix:
-            self._by_prefix[prefix] = TokenReducer(self.settings.reducer_config(num_prefix_tokens=prefix))
-        return self._by_prefix[prefix]
+    def layout(self, num_tokens: int) -> TokenLayout:
+        """How a backbone output of ``num_tokens`` tokens per sample splits into prefix and images."""
+        return token_layout(num_tokens, self.patches_per_image, self.max_prefix, self.settings.keep_cls_token)
+
+    def reducer_for(self, num_tokens: int) -> PerImageReducer:
+        """The module that reduces a backbone output of ``num_tokens`` tokens per sample, image by image.
+
+        ``ValueError`` when ``num_tokens`` does not split into whole images (see :func:`token_layout`).
+        """
+        lay = self.layout(num_tokens)
+        if lay not in self._by_layout:
+            if lay.prefix not in self._by_prefix:  # prefix > 0: one image of P patches after the prefix
+                cfg = self.settings.reducer_config(num_prefix_tokens=lay.prefix, grid_size=self.reducer.cfg.grid_size)
+                self._by_prefix[lay.prefix] = TokenReducer(cfg)
+            self._by_layout[lay] = PerImageReducer(self._by_prefix[lay.prefix], lay)
+        return self._by_layout[lay]
 
     def _forward_hook(self, module: nn.Module, args: Any, output: Any) -> torch.Tensor:
         if not isinstance(output, torch.Tensor) or output.dim() != 3:
@@ -89,7 +108,7 @@ class ReductionHandle:
     def attach(self) -> ReductionHandle:
         backbone = self.backbone
         self._hook = backbone.register_forward_hook(self._forward_hook)
-        _swap_in_count_class(backbone)
+        _swap_in_count_class(backbone, self.patches_per_image is not None)
         object.__setattr__(backbone, _HANDLE_ATTR, self)
         if self._config is not None:
             self._saved_config = getattr(self._config, CONFIG_KEY, _MISSING)
@@ -103,7 +122,7 @@ class ReductionHandle:
             return
         self._hook.remove()
         backbone = self.backbone
-        original = backbone.__dict__.pop(_ORIG_CLASS_ATTR, None)
+        original = backbone.__dict__.pop(ORIGINAL_CLASS_ATTR, None)
         if original is not None:
             backbone.__class__ = original
         backbone.__dict__.pop(_HANDLE_ATTR, None)
@@ -126,23 +145,49 @@ class ReductionHandle:
         return f"ReductionHandle({self.reducer.extra_repr()}, {state})"
 
 
-def _swap_in_count_class(backbone: nn.Module) -> None:
-    """Give ``backbone`` a subclass whose patch count reports the reduced number (undone by ``remove``)."""
-    cls = type(backbone)
-    attrs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
-    if callable(getattr(cls, "get_num_patches", None)):
-        attrs["get_num_patches"] = lambda self: getattr(self, _HANDLE_ATTR).reduced_num_patches_per_image()
-    if isinstance(getattr(cls, "num_patches", None), property) or isinstance(vars(backbone).get("num_patches"), int):
-        attrs["num_patches"] = property(lambda self: getattr(self, _HANDLE_ATTR).reduced_num_patches())
-    if "get_num_patches" not in attrs and "num_patches" not in attrs:
+def _reduced_count(backbone: nn.Module) -> int:
+    return getattr(backbone, _HANDLE_ATTR).reduced_num_patches_per_image()
+
+
+def _swap_in_count_class(backbone: nn.Module, count_known: bool) -> None:
+    """Give ``backbone`` a subclass whose patch count reports the reduced number (undone by ``remove``).
+
+    ``get_num_patches()`` is overridden, or added when the class lacks it (OpenVLA's own
+    ``PrismaticVisionBackbone``) and the count is known; a ``num_patches`` property or int is overridden.
+    Both report patch tokens per image, as the originals do.
+    """
+    if not count_known:
         return
-    object.__setattr__(backbone, _ORIG_CLASS_ATTR, cls)
+    cls = type(backbone)
+    attrs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                             "get_num_patches": _reduced_count}
+    if isinstance(getattr(cls, "num_patches", None), property) or isinstance(vars(backbone).get("num_patches"), int):
+        attrs["num_patches"] = property(_reduced_count)
+    object.__setattr__(backbone, ORIGINAL_CLASS_ATTR, cls)
     backbone.__class__ = type(cls.__name__, (cls,), attrs)
 
 
 def get_token_reduction(vla: nn.Module) -> ReductionHandle | None:
     """The reduction attached to ``vla``'s vision backbone, or None."""
     return getattr(find_vision_backbone(vla).backbone, _HANDLE_ATTR, None)
+
+
+def visual_token_count(vla: nn.Module) -> int:
+    """Patch tokens per sample that ``vla``'s projector receives now, with or without a reduction attached.
+
+    Per image count (reduced K, or the backbone's unreduced P) x the images the backbone is set to encode
+    (OpenVLA-OFT's ``get_num_images_in_input()``, else 1). Works on backbones without ``get_num_patches()``
+    (OpenVLA's remote code). ``ValueError`` when the backbone does not report its patch count.
+    """
+    handle = get_token_reduction(vla)
+    if handle is not None:
+        return handle.reduced_num_patches()
+    backbone = find_vision_backbone(vla).backbone
+    per_image = original_num_patches(backbone)
+    if per_image is None:
+        raise ValueError(f"{type(backbone).__name__} does not report its patch count (no get_num_patches(), "
+                         "num_patches or featurizer.patch_embed.num_patches)")
+    return per_image * images_in_input(backbone)
 
 
 def attach_token_reduction(vla: nn.Module, settings: TokenReductionSettings) -> ReductionHandle:

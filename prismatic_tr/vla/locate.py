@@ -15,6 +15,8 @@ _WRAPPER_PATHS: tuple[tuple[str, str], ...] = (
     ("base_model.model", "peft.PeftModel"),
 )
 _MAX_DEPTH = 6
+# While a reduction is attached the backbone's class is a subclass made by ``attach``; this holds the original.
+ORIGINAL_CLASS_ATTR = "_prismatic_tr_original_class"
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,19 @@ def find_vision_backbone(vla: nn.Module) -> BackboneInfo:
     """Locate the backbone and tell which flavour of OpenVLA model holds it."""
     model = unwrap_vla(vla)
     backbone = model.vision_backbone
-    style = "prismatic" if hasattr(type(backbone), "num_patches") and not hasattr(backbone, "get_num_patches") \
-        else "hf"
+    cls = own_class(backbone)
+    style = "prismatic" if hasattr(cls, "num_patches") and not hasattr(cls, "get_num_patches") else "hf"
     return BackboneInfo(model=model, backbone=backbone, style=style)
 
 
+def own_class(backbone: nn.Module) -> type:
+    """The backbone's class as its model built it (not the counting subclass swapped in while attached)."""
+    return vars(backbone).get(ORIGINAL_CLASS_ATTR, type(backbone))
+
+
 def original_num_patches(backbone: nn.Module) -> int | None:
-    """Patch tokens the backbone emits without reduction, read from the backbone's own class or featurizer."""
-    cls = getattr(backbone, "_prismatic_tr_original_class", type(backbone))
+    """Patch tokens per image the backbone emits without reduction, from its own class or its featurizer."""
+    cls = own_class(backbone)
     if callable(getattr(cls, "get_num_patches", None)):
         return int(cls.get_num_patches(backbone))
     prop = getattr(cls, "num_patches", None)
@@ -82,10 +89,20 @@ def original_num_patches(backbone: nn.Module) -> int | None:
 
 
 def images_in_input(backbone: nn.Module) -> int:
-    """Images the backbone encodes per sample (OpenVLA-OFT: ``get_num_images_in_input()``), else 1."""
-    cls = getattr(backbone, "_prismatic_tr_original_class", type(backbone))
+    """Images the backbone encodes per sample now (OpenVLA-OFT: ``get_num_images_in_input()``), else 1."""
+    cls = own_class(backbone)
     fn = getattr(cls, "get_num_images_in_input", None)
     return int(fn(backbone)) if callable(fn) else 1
+
+
+def max_prefix_tokens(backbone: nn.Module) -> int:
+    """The most prefix tokens (CLS, registers) one of the backbone's timm towers emits (``num_prefix_tokens``).
+
+    OpenVLA's towers drop them before returning; a custom backbone may keep them (its output is then
+    ``prefix + patches`` tokens). 0 when no tower declares any.
+    """
+    towers = (getattr(backbone, name, None) for name in ("featurizer", "fused_featurizer"))
+    return max((int(getattr(t, "num_prefix_tokens", 0) or 0) for t in towers if t is not None), default=0)
 
 
 def patch_grid(backbone: nn.Module) -> tuple[int, int] | None:
