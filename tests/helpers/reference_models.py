@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.openvla_checkpoint import TEXT_CONFIG
 from helpers.reference_clients import tiny_timm_towers
 from torch import nn
 
-TINY_TEXT_CONFIG: dict[str, Any] = dict(
-    vocab_size=32064, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
-)
+TINY_TEXT_CONFIG: dict[str, Any] = {k: v for k, v in TEXT_CONFIG.items() if k != "model_type"}
 # vision_backbone_id -> arch_specifier OpenVLA uses with it
 ARCH_SPECIFIERS = {"dinosiglip-vit-so-224px": "no-align+fused-gelu-mlp", "siglip-vit-so400m": "no-align+gelu-mlp"}
 UNNORM_KEY = "tiny_dataset"

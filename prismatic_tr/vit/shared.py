@@ -1,0 +1,151 @@
+"""One patch selection shared by the timm towers of a fused backbone, made inside the towers.
+
+OpenVLA's fused backbone runs DINOv2 and SigLIP on the same image and concatenates their patch features
+position by position, so a reduction inside the towers must keep the same patch positions in both.
+``apply_shared_selection(towers, depth_fraction, keep_ratio)`` registers a forward hook on one block of each
+tower, at the same fraction of its depth:
+
+* the first tower (the scorer, run first by OpenVLA's backbone) scores its patch tokens after that block,
+  keeps the ``num_kept(N, keep_ratio)`` best (prefix tokens, e.g. DINOv2's CLS and registers, always stay first)
+  and remembers their indices;
+* every other tower gathers the same patch indices after its own block.
+
+The blocks after it run on the kept tokens only; the towers' outputs (patch tokens of block ``depth - 2``,
+prefix dropped) are then (B, K, D_i) and concatenate as before. Scores: ``"attention"`` (EViT): the attention
+the next block's query row pays each patch (the CLS row, or the mean query without a CLS token, as in
+:mod:`prismatic_tr.vit.topk`); ``"norm"``: the L2 norm of the patch features. Static shapes, no host sync; the
+hooks change no parameter and are removed exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.reducers.config import num_kept
+from prismatic_tr.reducers.strategies.selection import top_k_sorted
+from prismatic_tr.vit.attention import check_attention_module
+from prismatic_tr.vit.topk import query_row_scores
+
+SCORINGS = ("attention", "norm")
+
+
+def reduction_block(depth: int, depth_fraction: float) -> int:
+    """The block after which tokens are reduced: ``ceil(f * (depth - 1)) - 1`` for a tower that runs blocks
+    ``0 .. depth - 2`` (OpenVLA takes block ``depth - 2``); f = 0.25 of DINOv2-L (24) -> block 5, of SigLIP (27) -> 6."""
+    return max(0, math.ceil(depth_fraction * (depth - 1)) - 1)
+
+
+@dataclass
+class SharedSelectionConfig:
+    """depth_fraction in (0, 1): where (fraction of the blocks a tower runs); keep_ratio in (0, 1]: patches
+    kept; scoring: one of :data:`SCORINGS`."""
+
+    depth_fraction: float
+    keep_ratio: float
+    scoring: str = "attention"
+
+    def __post_init__(self) -> None:
+        f, r = self.depth_fraction, self.keep_ratio
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f < 1.0:
+            raise ValueError(f"depth_fraction={f!r} is not allowed; use a number in (0, 1)")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
+            raise ValueError(f"keep_ratio={r!r} is not allowed; it is the fraction of patches kept, in (0, 1]")
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"scoring={self.scoring!r} is not allowed; use one of {SCORINGS}")
+
+
+def _query_keys(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k (B, H, N, d) of a timm ``Attention`` on x (B, N, C), after its q / k norms."""
+    b, n, _ = x.shape
+    q, k, _ = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    return attn.q_norm(q), attn.k_norm(k)
+
+
+def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str) -> torch.Tensor:
+    """(B, P + N, C) output of ``tower.blocks[block]`` -> (B, N) importance of the patch tokens."""
+    p = tower.num_prefix_tokens
+    if scoring == "norm" or block + 1 >= len(tower.blocks):
+        return torch.linalg.vector_norm(x[:, p:], dim=-1, dtype=torch.float32)
+    nxt = tower.blocks[block + 1]
+    q, k = _query_keys(nxt.attn, nxt.norm1(x))
+    return query_row_scores(q, k, nxt.attn.scale, p)
+
+
+def gather_patches(x: torch.Tensor, num_prefix: int, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, P + N, C), idx (B, n) patch indices -> (B, P + n, C): prefix first, then the kept patches."""
+    patches = x[:, num_prefix:].gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    return torch.cat([x[:, :num_prefix], patches], dim=1) if num_prefix else patches
+
+
+class SharedSelectionHandle:
+    """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
+
+    ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n; ``last_indices``:
+    (B, n) patch indices chosen in the latest forward.
+    """
+
+    def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig) -> None:
+        self.towers, self.config = list(towers), config
+        self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
+        self.num_patches = int(self.towers[0].patch_embed.num_patches)
+        self.kept = num_kept(self.num_patches, config.keep_ratio)
+        self.last_indices: torch.Tensor | None = None
+        self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
+            zip(self.towers, self.blocks, strict=True))]
+
+    def _hook(self, tower_index: int) -> Any:
+        tower, block = self.towers[tower_index], self.blocks[tower_index]
+
+        def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+            p = tower.num_prefix_tokens
+            if tower_index == 0:
+                scores = patch_scores(tower, block, out, self.config.scoring)
+                self.last_indices = top_k_sorted(scores, self.kept)
+            elif self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
+                raise ValueError("the scoring tower did not run before this one in this forward; a shared "
+                                 "selection needs the backbone to run its first tower first")
+            return gather_patches(out, p, self.last_indices)
+
+        return hook
+
+    def remove(self) -> None:
+        """Detach the hooks. Safe to call twice."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.last_indices = None
+
+    def __enter__(self) -> SharedSelectionHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def apply_shared_selection(
+    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention"
+) -> SharedSelectionHandle:
+    """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
+
+    Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
+    ``VisionTransformer``-like, or towers whose patch grids differ.
+    """
+    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring)
+    if not towers:
+        raise ValueError("apply_shared_selection needs at least one tower")
+    counts = []
+    for t in towers:
+        blocks = getattr(t, "blocks", None)
+        if not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not isinstance(getattr(t, "num_prefix_tokens", None), int):
+            raise ValueError(f"{type(t).__name__} is not a timm VisionTransformer (blocks, num_prefix_tokens)")
+        check_attention_module(blocks[0].attn)
+        counts.append(int(t.patch_embed.num_patches))
+    if len(set(counts)) != 1:
+        raise ValueError(f"the towers have different patch counts {counts}; a shared selection needs one grid")
+    return SharedSelectionHandle(towers, config)
