@@ -23,13 +23,14 @@ from prismatic_tr.data import (  # noqa: E402
     save_dataset_statistics,
 )
 from prismatic_tr.data.synthetic import INSTRUCTIONS, _episode  # noqa: E402
-from prismatic_tr.models import (  # noqa: E402
+from prismatic_tr.models import (  # noqa: E402  # noqa: E402
     IGNORE_INDEX,
     ActionTokenizer,
+    build_processor,
+    build_prompt,
     make_config,  # noqa: E402
     normalize_actions,
 )
-from prismatic_tr.models import build_processor, build_prompt  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ from prismatic_tr.models import (
     OpenVLAAdapter,
     PrismaticProcessor,
     ReferenceOpenVLA,
-    ReferenceOpenVLAConfig,
     build_processor,
     build_prompt,
     build_vla,

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.openvla_checkpoint import sample_image, write_native_checkpoint
+from helpers.reference_clients import require_reference
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from helpers.openvla_checkpoint import sample_image, write_native_checkpoint
-from helpers.reference_clients import require_reference
 from prismatic_tr.bench.ops import find_host_syncs
 from prismatic_tr.models import NativeOpenVLA, RemoteCodeError, build_prompt, build_vla, load_vla
 from prismatic_tr.models.generation import PASS_4D_MASK

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from helpers.openvla_checkpoint import sample_image, write_native_checkpoint, write_upstream_checkpoint
 from helpers.reference_clients import import_openvla_hf, tiny_timm_towers
+from PIL import Image
+
 from prismatic_tr.models import NativeOpenVLA, build_prompt, load_vla
 
 GOLDEN = Path(__file__).parent / "data" / "openvla_parity_golden.json"

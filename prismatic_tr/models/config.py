@@ -20,8 +20,8 @@ from transformers import LlamaConfig, PretrainedConfig
 
 from .backbones import (
     LLAMA2_EMPTY_TOKEN_ID,
-    RESIZE_STRATEGIES,
     LLAMA2_VOCAB_SIZE,
+    RESIZE_STRATEGIES,
     check_choice,
     native_llm_problem,
     vision_backbone_spec,

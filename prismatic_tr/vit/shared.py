@@ -78,9 +78,14 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str) ->
 
 
 def gather_patches(x: torch.Tensor, num_prefix: int, idx: torch.Tensor) -> torch.Tensor:
-    """x (B, P + N, C), idx (B, n) patch indices -> (B, P + n, C): prefix first, then the kept patches."""
-    patches = x[:, num_prefix:].gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-    return torch.cat([x[:, :num_prefix], patches], dim=1) if num_prefix else patches
+    """x (B, P + N, C), idx (B, n) patch indices -> (B, P + n, C): prefix first, then the kept patches.
+
+    One gather over the whole sequence (prefix positions prepended to the shifted patch indices): the
+    slice-then-gather-then-concatenate form miscompiles in torch 2.2's inductor (index out of bounds)."""
+    if num_prefix:
+        prefix = torch.arange(num_prefix, device=idx.device).expand(idx.shape[0], num_prefix)
+        idx = torch.cat([prefix, idx + num_prefix], dim=1)
+    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
 class SharedSelectionHandle:
@@ -128,17 +133,10 @@ class SharedSelectionHandle:
         self.remove()
 
 
-def apply_shared_selection(
-    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention"
-) -> SharedSelectionHandle:
-    """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
-
-    Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
-    ``VisionTransformer``-like, or towers whose patch grids differ.
-    """
-    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring)
+def check_towers(towers: Sequence[nn.Module]) -> None:
+    """ValueError unless ``towers`` are timm ``VisionTransformer``-like with one patch grid."""
     if not towers:
-        raise ValueError("apply_shared_selection needs at least one tower")
+        raise ValueError("a shared selection needs at least one tower")
     counts = []
     for t in towers:
         blocks = getattr(t, "blocks", None)
@@ -148,4 +146,16 @@ def apply_shared_selection(
         counts.append(int(t.patch_embed.num_patches))
     if len(set(counts)) != 1:
         raise ValueError(f"the towers have different patch counts {counts}; a shared selection needs one grid")
+
+
+def apply_shared_selection(
+    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention"
+) -> SharedSelectionHandle:
+    """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
+
+    Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
+    ``VisionTransformer``-like, or towers whose patch grids differ.
+    """
+    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring)
+    check_towers(towers)
     return SharedSelectionHandle(towers, config)

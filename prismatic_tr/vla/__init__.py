@@ -1,4 +1,5 @@
-"""Token reduction between an OpenVLA vision backbone and its projector: locate, attach, remove, persist."""
+"""Token reduction on an OpenVLA model at three sites (projector, inside the vision towers, inside the language
+model): locate, attach, remove, persist."""
 
 from prismatic_tr.vla.attach import (
     ReductionHandle,
@@ -14,10 +15,14 @@ from prismatic_tr.vla.quick import (
     apply_50_percent_topk_reduction,
     monkey_patch_vision_backbone_with_reduction,
 )
-from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
+from prismatic_tr.vla.settings import CONFIG_KEY, SITES, TokenReductionSettings, read_settings
+from prismatic_tr.vla.sites import LLMSiteHandle, VisionSiteHandle
 
 __all__ = [
     "CONFIG_KEY",
+    "SITES",
+    "LLMSiteHandle",
+    "VisionSiteHandle",
     "BackboneInfo",
     "ReductionHandle",
     "TokenReductionSettings",

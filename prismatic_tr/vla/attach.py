@@ -20,7 +20,6 @@ from torch import nn
 from prismatic_tr.reducers import TokenReducer
 from prismatic_tr.vla.layout import PerImageReducer, TokenLayout, token_layout
 from prismatic_tr.vla.locate import (
-    ORIGINAL_CLASS_ATTR,
     BackboneInfo,
     find_vision_backbone,
     images_in_input,
@@ -28,10 +27,14 @@ from prismatic_tr.vla.locate import (
     original_num_patches,
     patch_grid,
 )
-from prismatic_tr.vla.settings import CONFIG_KEY, TokenReductionSettings, read_settings
-
-_HANDLE_ATTR = "_prismatic_tr_handle"
-_MISSING = object()
+from prismatic_tr.vla.registry import (
+    backbone_handle,
+    claim_backbone_slot,
+    llm_handle,
+    release_backbone_slot,
+    set_config_before,
+)
+from prismatic_tr.vla.settings import SITES, TokenReductionSettings, read_settings
 
 
 class ReductionHandle:
@@ -58,8 +61,6 @@ class ReductionHandle:
         self._by_prefix: dict[int, TokenReducer] = {0: self.reducer}
         self._by_layout: dict[TokenLayout, PerImageReducer] = {}
         self._hook: Any = None
-        self._config = getattr(info.model, "config", None)
-        self._saved_config: Any = _MISSING
         self.removed = True
 
     @property
@@ -106,14 +107,8 @@ class ReductionHandle:
         return self.reducer_for(output.shape[1])(output)
 
     def attach(self) -> ReductionHandle:
-        backbone = self.backbone
-        self._hook = backbone.register_forward_hook(self._forward_hook)
-        _swap_in_count_class(backbone, self.patches_per_image is not None)
-        object.__setattr__(backbone, _HANDLE_ATTR, self)
-        if self._config is not None:
-            self._saved_config = getattr(self._config, CONFIG_KEY, _MISSING)
-            setattr(self._config, CONFIG_KEY, self.settings.to_dict())
-        self.removed = False
+        self._hook = self.backbone.register_forward_hook(self._forward_hook)
+        claim_backbone_slot(self, self.patches_per_image is not None)
         return self
 
     def remove(self) -> None:
@@ -121,18 +116,7 @@ class ReductionHandle:
         if self.removed:
             return
         self._hook.remove()
-        backbone = self.backbone
-        original = backbone.__dict__.pop(ORIGINAL_CLASS_ATTR, None)
-        if original is not None:
-            backbone.__class__ = original
-        backbone.__dict__.pop(_HANDLE_ATTR, None)
-        if self._config is not None:
-            if self._saved_config is _MISSING:
-                if CONFIG_KEY in vars(self._config):
-                    delattr(self._config, CONFIG_KEY)
-            else:
-                setattr(self._config, CONFIG_KEY, self._saved_config)
-        self.removed = True
+        release_backbone_slot(self)
 
     def __enter__(self) -> ReductionHandle:
         return self
@@ -145,31 +129,16 @@ class ReductionHandle:
         return f"ReductionHandle({self.reducer.extra_repr()}, {state})"
 
 
-def _reduced_count(backbone: nn.Module) -> int:
-    return getattr(backbone, _HANDLE_ATTR).reduced_num_patches_per_image()
-
-
-def _swap_in_count_class(backbone: nn.Module, count_known: bool) -> None:
-    """Give ``backbone`` a subclass whose patch count reports the reduced number (undone by ``remove``).
-
-    ``get_num_patches()`` is overridden, or added when the class lacks it (OpenVLA's own
-    ``PrismaticVisionBackbone``) and the count is known; a ``num_patches`` property or int is overridden.
-    Both report patch tokens per image, as the originals do.
-    """
-    if not count_known:
-        return
-    cls = type(backbone)
-    attrs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
-                             "get_num_patches": _reduced_count}
-    if isinstance(getattr(cls, "num_patches", None), property) or isinstance(vars(backbone).get("num_patches"), int):
-        attrs["num_patches"] = property(_reduced_count)
-    object.__setattr__(backbone, ORIGINAL_CLASS_ATTR, cls)
-    backbone.__class__ = type(cls.__name__, (cls,), attrs)
-
-
-def get_token_reduction(vla: nn.Module) -> ReductionHandle | None:
-    """The reduction attached to ``vla``'s vision backbone, or None."""
-    return getattr(find_vision_backbone(vla).backbone, _HANDLE_ATTR, None)
+def get_token_reduction(vla: nn.Module, site: str | None = None) -> Any:
+    """The live handle: by default the one on the vision backbone (site ``projector`` or ``vision``); with
+    ``site`` the handle of that site, or None."""
+    if site is not None and site not in SITES:
+        raise ValueError(f"site={site!r} is not allowed; use one of {SITES}")
+    info = find_vision_backbone(vla)
+    if site == "llm":
+        return llm_handle(info.model)
+    handle = backbone_handle(info.backbone)
+    return handle if site is None or (handle is not None and handle.settings.site == site) else None
 
 
 def visual_token_count(vla: nn.Module) -> int:
@@ -190,11 +159,15 @@ def visual_token_count(vla: nn.Module) -> int:
     return per_image * images_in_input(backbone)
 
 
-def attach_token_reduction(vla: nn.Module, settings: TokenReductionSettings) -> ReductionHandle:
-    """Attach ``settings`` to ``vla`` (replacing any earlier reduction) and return the handle."""
+def attach_token_reduction(vla: nn.Module, settings: TokenReductionSettings) -> Any:
+    """Attach ``settings`` to ``vla`` and return the handle. It replaces an earlier reduction in the same slot
+    (``projector`` and ``vision`` share the backbone's slot; ``llm`` has its own)."""
+    from prismatic_tr.vla.sites import LLMSiteHandle, VisionSiteHandle
+
     info = find_vision_backbone(vla)
-    handle = ReductionHandle(info, settings)  # builds and validates before anything is changed
-    previous = getattr(info.backbone, _HANDLE_ATTR, None)
+    kinds = {"projector": ReductionHandle, "vision": VisionSiteHandle, "llm": LLMSiteHandle}
+    handle = kinds[settings.site](info, settings)  # builds and validates before anything is changed
+    previous = llm_handle(info.model) if settings.site == "llm" else backbone_handle(info.backbone)
     if previous is not None:
         previous.remove()
     return handle.attach()
@@ -202,43 +175,57 @@ def attach_token_reduction(vla: nn.Module, settings: TokenReductionSettings) -> 
 
 def apply_token_reduction_to_vla(
     vla: nn.Module,
-    method: str = "topk_magnitude",
+    method: str | None = None,
     reduction_ratio: float = 0.5,
     spatial_merge_size: int = 2,
     keep_cls_token: bool = True,
     seed: int = 0,
+    site: str = "projector",
+    depth_fraction: float | None = None,
+    num_queries: int = 4,
 ) -> nn.Module:
-    """Insert a token reducer between ``vla``'s vision backbone and projector; returns ``vla`` itself.
+    """Reduce ``vla``'s visual tokens at ``site`` (see :mod:`prismatic_tr.vla.settings`); returns ``vla`` itself.
 
-    Works on the Hugging Face OpenVLA model (remote code), the native prismatic model, the reference
-    model of :mod:`prismatic_tr.models`, and any of them wrapped by PEFT, DDP or ``torch.compile``.
-    Applying again replaces the earlier reduction. Bad settings raise ``ValueError`` before the model is
-    touched. Undo with :func:`remove_token_reduction`.
+    site "projector" (default): between the vision backbone and the projector, ``method`` one of the reducers
+    (default ``topk_magnitude``); "vision": inside the vision towers after ``depth_fraction`` of their depth
+    (``method`` "attention" (default) or "norm"); "llm": inside the language model before layer
+    ``round(depth_fraction * layers)`` of the prefill (``method`` "attention"). ``reduction_ratio`` is the fraction
+    of visual tokens kept. Works on the Hugging Face OpenVLA model (remote code), the native model, and either
+    wrapped by PEFT, DDP or ``torch.compile``. Applying again replaces the earlier reduction of the same slot
+    (projector / vision share one); the llm site combines with either. Bad settings raise ``ValueError``
+    before the model is touched. Undo with :func:`remove_token_reduction`.
     """
-    settings = TokenReductionSettings(method, reduction_ratio, spatial_merge_size, keep_cls_token, seed)
+    settings = TokenReductionSettings.for_site(
+        site, method, reduction_ratio=reduction_ratio, spatial_merge_size=spatial_merge_size,
+        keep_cls_token=keep_cls_token, seed=seed, depth_fraction=depth_fraction, num_queries=num_queries)
     attach_token_reduction(vla, settings)
     return vla
 
 
-def remove_token_reduction(vla: nn.Module) -> bool:
-    """Remove the reduction from ``vla``; returns whether there was one."""
-    handle = get_token_reduction(vla)
-    if handle is None:
-        return False
-    handle.remove()
-    return True
+def remove_token_reduction(vla: nn.Module, site: str | None = None) -> bool:
+    """Remove every reduction from ``vla`` (or only ``site``'s); returns whether there was one."""
+    if site is not None and site not in SITES:
+        raise ValueError(f"site={site!r} is not allowed; use one of {SITES}")
+    info = find_vision_backbone(vla)
+    handles = [backbone_handle(info.backbone), llm_handle(info.model)]
+    found = False
+    for handle in handles:
+        if handle is not None and (site is None or handle.settings.site == site):
+            handle.remove()
+            found = True
+    return found
 
 
-def apply_token_reduction_from_config(vla: nn.Module) -> ReductionHandle | None:
+def apply_token_reduction_from_config(vla: nn.Module) -> Any:
     """Re-apply the settings saved in ``vla.config.token_reduction`` (e.g. after ``from_pretrained``).
 
-    Returns the handle, or None when the config holds no settings. Removing this handle sets
-    ``config.token_reduction`` to None, so a model saved afterwards loads without reduction.
+    Returns the handle (the backbone's when several sites are saved), or None when the config holds no
+    settings. Removing the reductions then sets ``config.token_reduction`` to None, so a model saved
+    afterwards loads without reduction.
     """
     info = find_vision_backbone(vla)
-    settings = read_settings(getattr(info.model, "config", None))
-    if settings is None:
+    handles = [attach_token_reduction(vla, s) for s in read_settings(getattr(info.model, "config", None))]
+    if not handles:
         return None
-    handle = attach_token_reduction(vla, settings)
-    handle._saved_config = None  # the config described this reduction: removing it clears the record
-    return handle
+    set_config_before(info.model, None)  # the config described these reductions: removing them clears it
+    return next((h for h in handles if h.settings.site != "llm"), handles[0])

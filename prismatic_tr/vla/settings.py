@@ -1,4 +1,18 @@
-"""The reduction settings a user picks for a VLA, and their round trip through ``vla.config``."""
+"""The reduction settings a user picks for a VLA, and their round trip through ``vla.config``.
+
+Three sites, each with its own validated settings (fractions of tokens and of depth, so one setting means
+the same on a small and a 7B model):
+
+* ``projector``: between the vision backbone and the projector (``method`` one of the reducers, ``reduction_ratio``
+  kept, ``spatial_merge_size`` for ``spatial_pool``);
+* ``vision``: inside the vision towers after ``depth_fraction`` of each tower's blocks, one selection shared by the
+  towers (``method`` "attention" or "norm", ``reduction_ratio`` kept);
+* ``llm``: inside the language model before layer ``round(depth_fraction * layers)`` of the prefill (``method``
+  "attention": what the last ``num_queries`` prompt positions attend to; ``reduction_ratio`` kept).
+
+``projector`` and ``vision`` both shrink what the backbone hands the projector and share one slot; ``llm``
+combines with either. ``vla.config.token_reduction`` holds one settings dict, or a list when several sites are on.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +22,20 @@ from typing import Any
 from prismatic_tr.reducers import ReducerConfig
 
 CONFIG_KEY = "token_reduction"
+SITES = ("projector", "vision", "llm")
+SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": ("attention", "norm"), "llm": ("attention",)}
+DEFAULT_METHODS = {"projector": "topk_magnitude", "vision": "attention", "llm": "attention"}
+DEFAULT_DEPTH_FRACTION = 0.25
 
 
 @dataclass
 class TokenReductionSettings:
-    """What ``apply_token_reduction_to_vla`` was asked for; stored as ``vla.config.token_reduction``.
+    """What ``apply_token_reduction_to_vla`` was asked for; stored in ``vla.config.token_reduction``.
 
-    keep_cls_token: protect prefix tokens (CLS, registers) if the backbone emits them. OpenVLA's
-        backbones return patch tokens only, so this matters only for custom backbones.
+    keep_cls_token: protect prefix tokens (CLS, registers) if the backbone emits them (projector site; OpenVLA's
+        backbones return patch tokens only, so this matters only for custom backbones).
+    depth_fraction: vision / llm sites: where, as a fraction of the depth (default 0.25); None for projector.
+    num_queries: llm site: how many of the last prompt positions score the visual tokens.
     """
 
     method: str = "topk_magnitude"
@@ -23,13 +43,35 @@ class TokenReductionSettings:
     spatial_merge_size: int = 2
     keep_cls_token: bool = True
     seed: int = 0
+    site: str = "projector"
+    depth_fraction: float | None = None
+    num_queries: int = 4
 
     def __post_init__(self) -> None:
+        if self.site not in SITES:
+            raise ValueError(f"site={self.site!r} is not allowed; use one of {SITES}")
         if not isinstance(self.keep_cls_token, bool):
             raise ValueError(f"keep_cls_token={self.keep_cls_token!r} is not allowed; use True or False")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r} is not allowed; use an integer")
-        self.reducer_config()  # validates method, ratio and merge size now, not mid-forward
+        if self.site == "projector":
+            if self.depth_fraction is not None:
+                raise ValueError(f"depth_fraction={self.depth_fraction!r} goes with site 'vision' or 'llm', not 'projector'")
+            self.reducer_config()  # validates method, ratio and merge size now, not mid-forward
+            return
+        if self.method not in SITE_METHODS[self.site]:
+            raise ValueError(f"method={self.method!r} is not allowed at site {self.site!r}; use one of "
+                             f"{SITE_METHODS[self.site]}")
+        ratio = self.reduction_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < float(ratio) <= 1.0:
+            raise ValueError(f"reduction_ratio={ratio!r} is not allowed; it is the fraction kept, in (0, 1]")
+        if self.depth_fraction is None:
+            self.depth_fraction = DEFAULT_DEPTH_FRACTION
+        f = self.depth_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < float(f) < 1.0:
+            raise ValueError(f"depth_fraction={f!r} is not allowed; use a number in (0, 1)")
+        if isinstance(self.num_queries, bool) or not isinstance(self.num_queries, int) or self.num_queries < 1:
+            raise ValueError(f"num_queries={self.num_queries!r} is not allowed; use an integer >= 1")
 
     def reducer_config(
         self, num_prefix_tokens: int = 0, grid_size: tuple[int, int] | None = None
@@ -43,6 +85,11 @@ class TokenReductionSettings:
             seed=self.seed,
         )
 
+    @property
+    def label(self) -> str:
+        """Short name for tables: ``topk_magnitude``, ``vision:attention@0.25``, ``llm:attention@0.25``."""
+        return self.method if self.site == "projector" else f"{self.site}:{self.method}@{self.depth_fraction:g}"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -54,14 +101,26 @@ class TokenReductionSettings:
             raise ValueError(f"unknown token_reduction keys {unknown}; allowed: {sorted(cls.__dataclass_fields__)}")
         return cls(**data)
 
+    @classmethod
+    def for_site(cls, site: str = "projector", method: str | None = None, **kwargs: Any) -> TokenReductionSettings:
+        """Settings with the site's default method when ``method`` is None."""
+        if site not in SITES:
+            raise ValueError(f"site={site!r} is not allowed; use one of {SITES}")
+        return cls(method=method if method is not None else DEFAULT_METHODS[site], site=site, **kwargs)
 
-def read_settings(config: Any) -> TokenReductionSettings | None:
-    """Settings stored on a model config (``config.token_reduction``), or None when there are none."""
+
+def read_settings(config: Any) -> list[TokenReductionSettings]:
+    """Settings stored on a model config (``config.token_reduction``: a dict, a list of dicts, or nothing)."""
     data = getattr(config, CONFIG_KEY, None) if config is not None else None
     if not data:
-        return None
-    if isinstance(data, TokenReductionSettings):
-        return data
-    if not isinstance(data, dict):
-        raise ValueError(f"config.{CONFIG_KEY} must be a dict of settings, got {type(data).__name__}")
-    return TokenReductionSettings.from_dict(dict(data))
+        return []
+    items = data if isinstance(data, (list, tuple)) else [data]
+    out = []
+    for item in items:
+        if isinstance(item, TokenReductionSettings):
+            out.append(item)
+        elif isinstance(item, dict):
+            out.append(TokenReductionSettings.from_dict(dict(item)))
+        else:
+            raise ValueError(f"config.{CONFIG_KEY} must hold settings dicts, got {type(item).__name__}")
+    return out
