@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from prismatic_tr.reducers import num_kept
 from prismatic_tr.vit.hquota import (
     farthest_first_select,
     hquota_merge,
@@ -12,7 +13,7 @@ from prismatic_tr.vit.hquota import (
     received_attention,
 )
 from prismatic_tr.vit.tome_merge import bipartite_soft_matching, merge_wavg, parse_r
-from prismatic_tr.vit.topk import num_topk_kept, query_row_scores, topk_keep
+from prismatic_tr.vit.topk import query_row_scores, topk_keep
 
 
 def rows(*vectors: list[float]) -> torch.Tensor:
@@ -97,8 +98,8 @@ def test_topk_keep_original_order() -> None:
 
 
 @pytest.mark.parametrize("patches,rate,kept", [(196, 0.7, 138), (196, 0.1, 20), (90, 0.1, 9), (10, 1.0, 10), (5, 0.01, 1)])
-def test_num_topk_kept(patches: int, rate: float, kept: int) -> None:
-    assert num_topk_kept(patches, rate) == kept
+def test_num_kept(patches: int, rate: float, kept: int) -> None:
+    assert num_kept(patches, rate) == kept
 
 
 # --- hquota_ff --------------------------------------------------------------------------------------------

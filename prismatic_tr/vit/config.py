@@ -1,7 +1,7 @@
 """Configuration, validation and static token-count schedules for in-backbone ViT reduction.
 
 Per-layer plan: a list with one entry per block, each ``None`` (no reduction there) or a ``LayerStep``:
-``LayerStep("keep", keep_rate)`` (TopK keeps ceil(keep_rate * patches); tome / hquota_ff merge the
+``LayerStep("keep", keep_rate)`` (TopK keeps ``num_kept(patches, keep_rate)``, i.e. ceil; tome / hquota_ff merge the
 complement, at most half of the patch tokens) or ``LayerStep("r", r)`` (merge r tokens, clamped to half).
 All counts are functions of shapes and config only, so ``tokens_per_location`` is exact.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from prismatic_tr.reducers.config import num_kept
 from prismatic_tr.vit.tome_merge import parse_r
-from prismatic_tr.vit.topk import num_topk_kept
 
 __all__ = ["METHODS", "LayerStep", "VitReductionConfig", "default_reduction_loc", "tokens_after", "tokens_per_location"]
 
@@ -36,9 +36,9 @@ def tokens_after(num_tokens: int, num_prefix: int, method: str, step: LayerStep 
         return num_tokens
     patches = num_tokens - num_prefix
     if method == "topk":
-        return num_prefix + num_topk_kept(patches, step.value)
+        return num_prefix + num_kept(patches, step.value)
     if step.kind == "keep":
-        r = patches - num_topk_kept(patches, step.value)
+        r = patches - num_kept(patches, step.value)
     else:
         r = int(step.value)
     return num_tokens - max(0, min(r, patches // 2))

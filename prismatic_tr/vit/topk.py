@@ -10,16 +10,9 @@ Either way the N x N attention matrix is never built, so fused attention stays o
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-__all__ = ["num_topk_kept", "query_row_scores", "topk_keep"]
-
-
-def num_topk_kept(num_patch: int, keep_rate: float) -> int:
-    """Patch tokens kept at one location: ceil(keep_rate * num_patch), at least 1 (1e-6 guards float noise)."""
-    return max(1, min(num_patch, math.ceil(keep_rate * num_patch - 1e-6)))
+__all__ = ["query_row_scores", "topk_keep"]
 
 
 def query_row_scores(q: torch.Tensor, k: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
