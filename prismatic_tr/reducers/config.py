@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 import torch
 
 
+# follows EViT (youweiliang/evit evit.py, Apache-2.0; no code taken, see NOTICE): ceil(keep_rate * patches),
+# so TopK token counts equal EViT's.
 def num_kept(n_patch: int, ratio: float) -> int:
     """Patch tokens kept when a fraction ``ratio`` of ``n_patch`` is kept: ``ceil(ratio * n_patch)``, clamped
     to [1, n_patch] (e.g. 0.7 of 196 -> 138, 0.7 of 256 -> 180, 0.3 of 256 -> 77).

@@ -27,6 +27,7 @@ class LayerStep(NamedTuple):
     value: float
 
 
+# follows EViT (Liang et al., ICLR 2022; youweiliang/evit, Apache-2.0; see NOTICE): reduce at blocks 3/6/9 of 12.
 def default_reduction_loc(depth: int) -> list[int]:
     """EViT's locations scaled to the depth: [3, 6, 9] for 12 blocks, [depth//4, depth//2, 3*depth//4]."""
     return sorted({max(0, depth // 4), depth // 2, (3 * depth) // 4})

@@ -132,6 +132,8 @@ class TokenMatching:
         return self._join(prefix, set_a, new_b), self._join(size_prefix, size_a, new_size)
 
 
+# follows Token Merging (Bolya et al., ICLR 2023) as the paper describes it; no code of facebookresearch/ToMe
+# (CC BY-NC 4.0) is included, see NOTICE.
 def match_tokens(metric: torch.Tensor, r: int, num_prefix: int) -> TokenMatching:
     """Bipartite soft matching (module doc): metric (B, N, C') -> the matching that merges r tokens.
 
@@ -157,6 +159,8 @@ def match_tokens(metric: torch.Tensor, r: int, num_prefix: int) -> TokenMatching
     return TokenMatching(num_tokens, num_prefix, kept=kept, sources=sources, targets=targets)
 
 
+# follows ToMe's public (r, inflection) argument form (facebookresearch/ToMe, see NOTICE): the shape of the
+# argument only; the schedule is defined and written here.
 def merge_schedule(r: int | list[int] | tuple[int, float], depth: int) -> list[int]:
     """Tokens to merge in each of ``depth`` blocks.
 

@@ -51,6 +51,8 @@ class _ReducingForward:
     def _num_after(self, num_tokens: int) -> int:
         return tokens_after(num_tokens, self.num_prefix, self.cfg.method, self.step)
 
+    # follows timm 0.9.10 / 1.0.31 timm/models/vision_transformer.py Block.forward (Apache-2.0, see NOTICE):
+    # its residual order, so a block that reduces nothing gives the unpatched output bit for bit.
     def __call__(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("attn_mask / is_causal are not supported while token reduction is attached; remove() it first")

@@ -15,6 +15,8 @@ import torch
 __all__ = ["query_row_scores", "topk_keep"]
 
 
+# follows EViT (Liang et al., ICLR 2022; see NOTICE): score = attention from the CLS row averaged over heads,
+# written from the paper; no EViT code is included.
 def query_row_scores(q: torch.Tensor, k: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
     """q, k (B, H, N, d) -> importance of each patch token (B, N - num_prefix), head-averaged attention.
 
