@@ -139,7 +139,7 @@ def match_tokens(metric: torch.Tensor, r: int, num_prefix: int) -> TokenMatching
 
     ``metric`` is what similarity is measured on (ToMe: the block's keys averaged over heads); it is
     compared in float32 whatever its dtype. ``r`` is clamped to [0, (N - P) // 2]; read the number actually
-    merged from ``num_merged``. ValueError for a negative ``num_prefix`` or one of N or more.
+    merged from ``num_merged``. ValueError for ``num_prefix`` outside 0..N.
     """
     num_tokens = metric.shape[1]
     if not 0 <= num_prefix <= num_tokens:
