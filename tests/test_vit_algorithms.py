@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from prismatic_tr.reducers import num_kept
 from prismatic_tr.vit.hquota import (
     farthest_first_select,
     hquota_merge,
     merge_into_nearest,
     received_attention,
 )
-from prismatic_tr.vit.tome_merge import bipartite_soft_matching, merge_wavg, parse_r
-from prismatic_tr.vit.topk import num_topk_kept, query_row_scores, topk_keep
+from prismatic_tr.vit.merging import match_tokens, merge_schedule
+from prismatic_tr.vit.topk import query_row_scores, topk_keep
 
 
 def rows(*vectors: list[float]) -> torch.Tensor:
@@ -35,19 +36,20 @@ TOME_CASES = [  # r, expected rows of the output as combinations of input rows
 
 @pytest.mark.parametrize("r,groups", TOME_CASES)
 def test_tome_matching_and_weighted_merge(r: int, groups: list[list[int]]) -> None:
-    merge, used = bipartite_soft_matching(METRIC, r, num_prefix=1)
+    matching = match_tokens(METRIC, r, num_prefix=1)
+    used = matching.num_merged
     assert used == min(r, 2)
-    out, size = merge_wavg(merge, X)
+    out, size = matching.merge_mean(X)
     expected = torch.stack([X[0, g].mean(dim=0) for g in groups]).unsqueeze(0)
     torch.testing.assert_close(out, expected)
     assert size[0, :, 0].tolist() == [float(len(g)) for g in groups]
 
 
 def test_tome_second_merge_is_size_weighted() -> None:
-    merge, _ = bipartite_soft_matching(METRIC, 2, num_prefix=1)
-    x, size = merge_wavg(merge, X)  # rows: 0 | 1+4 | 3 | 2+5
-    merge2, used = bipartite_soft_matching(rows([1, 0], [1, 0], [0.1, 1], [0, 1]), 1, num_prefix=1)
-    x2, size2 = merge_wavg(merge2, x, size)  # token 3 (set a) joins 2+5 (set b)
+    x, size = match_tokens(METRIC, 2, num_prefix=1).merge_mean(X)  # rows: 0 | 1+4 | 3 | 2+5
+    matching2 = match_tokens(rows([1, 0], [1, 0], [0.1, 1], [0, 1]), 1, num_prefix=1)
+    used = matching2.num_merged
+    x2, size2 = matching2.merge_mean(x, size)  # token 3 (set a) joins 2+5 (set b)
     assert used == 1 and size2[0, :, 0].tolist() == [1.0, 2.0, 3.0]
     torch.testing.assert_close(x2[0, 2], X[0, [2, 3, 5]].mean(dim=0))
 
@@ -56,8 +58,9 @@ def test_tome_registers_protected_and_in_order() -> None:
     # P = 5 (CLS + 4 registers); token 6 looks like register 1 but must go to 5; 8 goes to 7
     metric = rows([1, 0], [1, 0], [1, 0], [1, 0], [1, 0], [1, 0.2], [1, 0], [0, 1], [0.1, 1])
     x = torch.randn(1, 9, 3, dtype=torch.float64)
-    merge, used = bipartite_soft_matching(metric, 5, num_prefix=5)
-    out, size = merge_wavg(merge, x)
+    matching = match_tokens(metric, 5, num_prefix=5)
+    used = matching.num_merged
+    out, size = matching.merge_mean(x)
     assert used == 2
     assert torch.equal(out[:, :5], x[:, :5])
     torch.testing.assert_close(out[0, 5:], torch.stack([x[0, [5, 6]].mean(0), x[0, [7, 8]].mean(0)]))
@@ -70,8 +73,8 @@ def test_tome_registers_protected_and_in_order() -> None:
     (5, (4, 1.0), [0, 2, 4, 6, 8]),
     (3, (6, 0.0), [6, 6, 6]),
 ])
-def test_parse_r(layers: int, r: object, expected: list[int]) -> None:
-    assert parse_r(layers, r) == expected
+def test_merge_schedule(layers: int, r: object, expected: list[int]) -> None:
+    assert merge_schedule(r, layers) == expected
 
 
 # --- TopK ---------------------------------------------------------------------------------------------
@@ -97,8 +100,8 @@ def test_topk_keep_original_order() -> None:
 
 
 @pytest.mark.parametrize("patches,rate,kept", [(196, 0.7, 138), (196, 0.1, 20), (90, 0.1, 9), (10, 1.0, 10), (5, 0.01, 1)])
-def test_num_topk_kept(patches: int, rate: float, kept: int) -> None:
-    assert num_topk_kept(patches, rate) == kept
+def test_num_kept(patches: int, rate: float, kept: int) -> None:
+    assert num_kept(patches, rate) == kept
 
 
 # --- hquota_ff --------------------------------------------------------------------------------------------

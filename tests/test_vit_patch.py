@@ -273,3 +273,19 @@ def test_tokens_per_location_formula(args: tuple, expected: list[int]) -> None:
     n, method, keep, r, loc, depth, prefix = args
     assert tokens_per_location(n, method, keep_rate=keep, r=r, reduction_loc=loc, depth=depth,
                                num_prefix_tokens=prefix) == expected
+
+
+@pytest.mark.parametrize("method,kwargs", [("tome", dict(r=(8, -1))), ("hquota_ff", dict(keep_rate=0.5))])
+def test_bf16_model_keeps_its_dtype_and_exact_sizes(method: str, kwargs: dict, images: torch.Tensor) -> None:
+    """Merged tokens stay in the model's dtype; sizes are float32 counts (bf16 holds integers only to 256)."""
+    model = build("dinov2_reg4").to(torch.bfloat16)
+    seen: list[torch.dtype] = []
+    hooks = [b.register_forward_pre_hook(lambda m, a: seen.append(a[0].dtype)) for b in model.blocks]
+    with torch.no_grad(), apply_vit_reduction(model, method, **kwargs) as handle:
+        out = model.forward_features(images.to(torch.bfloat16))
+        size = model.blocks[handle.patched_blocks[0]].__dict__["forward"].state.size
+    for h in hooks:
+        h.remove()
+    assert out.dtype == torch.bfloat16 and set(seen) == {torch.bfloat16} and torch.isfinite(out.float()).all()
+    assert size.dtype == torch.float32 and torch.equal(size, size.round())
+    assert size.shape == (2, out.shape[1], 1) and size.sum(dim=1).tolist() == [[PATCHES + model.num_prefix_tokens]] * 2

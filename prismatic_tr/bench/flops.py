@@ -32,6 +32,8 @@ except ImportError:  # pragma: no cover - very old torch
 
 _NEEDS_MODS = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 3)
 
+# follows fvcore's MAC convention (facebookresearch/fvcore, Apache-2.0; no code taken, see NOTICE): only
+# matmul-like ops, one MAC per multiply-add, as the DeiT study counted.
 _SDPA_OP_NAMES = (
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_flash_attention_for_cpu",

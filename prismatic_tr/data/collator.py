@@ -10,6 +10,8 @@ import torch
 from prismatic_tr.models import IGNORE_INDEX
 
 
+# follows OpenVLA c8f03f48 prismatic/util/data_utils.py PaddedCollatorForActionPrediction (MIT, see NOTICE): right
+# padding, labels padded with IGNORE_INDEX.
 @dataclass
 class PaddedCollator:
     """List of examples -> batch.

@@ -18,6 +18,8 @@ import numpy as np
 STATS_FILENAME = "dataset_statistics.json"
 
 
+# follows OpenVLA c8f03f48 prismatic/vla/datasets/rlds/utils/data_utils.py (MIT, see NOTICE): the
+# dataset_statistics.json fields and the gripper mask, so norm_stats are interchangeable.
 def action_statistics(actions: np.ndarray, mask: Sequence[bool] | None = None) -> dict[str, list[Any]]:
     """(T, A) actions -> {"mean", "std", "max", "min", "q01", "q99", "mask"} (lists of length A)."""
     actions = np.asarray(actions, dtype=np.float64)

@@ -53,6 +53,8 @@ class ImageAugmentation:
         return jitter(crop(image))
 
 
+# follows OpenVLA c8f03f48 prismatic/vla/datasets/datasets.py RLDSBatchTransform (MIT, see NOTICE): sequence layout
+# and labels, so fine-tuning trains what the released checkpoints expect.
 class ActionPromptTransform:
     """Callable: step dict {"image" uint8 (H, W, 3), "instruction" bytes|str, "action" (A,)} -> example.
 

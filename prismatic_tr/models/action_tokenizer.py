@@ -17,6 +17,8 @@ import torch
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
 
+# follows OpenVLA c8f03f48 prismatic/vla/action_tokenizer.py ActionTokenizer (MIT, see NOTICE): the same bins and
+# token ids, so OpenVLA checkpoints decode to the same actions.
 class ActionTokenizer:
     """Maps normalised actions in [min_action, max_action] to token ids and back.
 
@@ -104,6 +106,8 @@ def normalize_actions(actions: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
     return np.where(mask, np.clip(2 * (actions - low) / (high - low + 1e-8) - 1, -1, 1), actions)
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py predict_action (MIT, see NOTICE): q01/q99 bounds
+# and mask, so actions equal OpenVLA's.
 def unnormalize_actions(normalized: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
     """(..., A) actions in [-1, 1] -> raw scale: 0.5 (a + 1)(q99 - q01) + q01 where mask, else unchanged."""
     low, high, mask = _stats_arrays(stats, normalized)

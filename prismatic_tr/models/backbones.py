@@ -30,6 +30,8 @@ class VisionBackboneSpec:
 
 
 _DINO, _CLIP = "vit_large_patch14_reg4_dinov2.lvd142m", "vit_large_patch14_clip_224.openai"
+# follows OpenVLA c8f03f48 prismatic/extern/hf/configuration_prismatic.py (MIT, see NOTICE): the backbone ids and the
+# timm towers, image sizes and overrides they stand for.
 VISION_BACKBONES: dict[str, VisionBackboneSpec] = {
     "clip-vit-l": VisionBackboneSpec((_CLIP,), (224,), ("quick_gelu",)),
     "clip-vit-l-336px": VisionBackboneSpec(("vit_large_patch14_clip_336.openai",), (336,), ("quick_gelu",)),

@@ -30,6 +30,8 @@ _LAYERSCALE = re.compile(r"^(vision_backbone\.(?:featurizer|fused_featurizer)\..
 _IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py (MIT, see NOTICE): LayerScale's gamma is stored as
+# scale_factor there, so checkpoints load in both directions.
 def to_checkpoint_key(name: str) -> str:
     """Native ``state_dict`` key -> OpenVLA checkpoint key (LayerScale ``gamma`` -> ``scale_factor``)."""
     m = _LAYERSCALE.match(name)

@@ -125,6 +125,8 @@ def _text_config(text_config: dict[str, Any] | LlamaConfig | None) -> LlamaConfi
     return LlamaConfig(**{k: v for k, v in text_config.items() if k != "model_type"})
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/configuration_prismatic.py OpenVLAConfig (MIT, see NOTICE): the same
+# config.json fields, so either code reads the other's checkpoints.
 class NativeOpenVLAConfig(PretrainedConfig):
     """OpenVLA's config (see the module docstring). Validates the ids the native model must build."""
 

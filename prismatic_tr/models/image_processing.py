@@ -97,6 +97,8 @@ def letterbox(image: Image.Image, fill: tuple[int, ...]) -> Image.Image:
     return TVF.pad(image, [pad_w, pad_h, pad_w, pad_h], fill=fill, padding_mode="constant")
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/processing_prismatic.py PrismaticImageProcessor (MIT, see NOTICE):
+# the same steps and parameters, so pixel values are identical.
 class ImageTransform:
     """PIL / uint8 HxWx3 image -> (3 * towers, H, W) float32 tensor, as OpenVLA's image processor.
 

@@ -51,6 +51,8 @@ def build_language_model(text_config: LlamaConfig, attn_implementation: str) -> 
     return LlamaForCausalLM(cfg)
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py OpenVLAForActionPrediction (MIT, see NOTICE):
+# module and parameter names, forward layout and predict_action, so OpenVLA checkpoints load and act alike.
 class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
     """OpenVLA, natively. See the module docstring; shapes are given on each method."""
 

@@ -21,6 +21,8 @@ PROCESSOR_CONFIG = "preprocessor_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/processing_prismatic.py PrismaticProcessor (MIT, see NOTICE): call
+# signature and preprocessor_config.json layout, so processor directories load in both directions.
 class PrismaticProcessor:
     """Tokenizer + image transform with the call signature of OpenVLA's processor."""
 

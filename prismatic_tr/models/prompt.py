@@ -57,6 +57,8 @@ def _device_prompt(ids: torch.Tensor, mask: torch.Tensor, append: int | None) ->
     return Prompt(ids, key_mask)
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py predict_action (MIT, see NOTICE): the empty token
+# 29871 appended unless it is last, as the checkpoints were trained.
 def prepare_prompt(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None, append_token: int | None, pad_token_id: int
 ) -> Prompt:

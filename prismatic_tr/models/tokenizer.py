@@ -14,6 +14,8 @@ import json
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+# follows OpenVLA c8f03f48 prismatic/vla/datasets/datasets.py RLDSBatchTransform with the PurePromptBuilder (MIT, see
+# NOTICE): the prompt the released checkpoints were trained with.
 PROMPT_TEMPLATE = "In: What action should the robot take to {instruction}?\nOut:"
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 MAX_TRAINED_VOCAB = 1024

@@ -17,6 +17,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 
+# follows timm 0.9.10 / 1.0.31 timm/models/vision_transformer.py VisionTransformer._intermediate_layers
+# (Apache-2.0, see NOTICE): the same steps, so the features equal get_intermediate_layers' bit for bit.
 def penultimate_patch_features(vit: VisionTransformer, pixel_values: torch.Tensor, run_last_block: bool) -> torch.Tensor:
     """Output of block ``depth - 2`` without prefix tokens: (B, 3, H, W) -> (B, (H / p) * (W / p), D).
 
@@ -51,6 +53,8 @@ def make_featurizer(timm_id: str, image_size: int, act_layer: str | None, kwargs
     return vit
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py PrismaticVisionBackbone (MIT, see NOTICE):
+# tower names and second-to-last-block patch features, so OpenVLA checkpoints load and see the same tokens.
 class NativeVisionBackbone(nn.Module):
     """One tower (SigLIP, ...) or two fused ones (DINOv2 + SigLIP, channels of the input split, features
     concatenated); ``forward``: (B, 3 * towers, H, W) -> (B, N_patch, embed_dim)."""
@@ -102,6 +106,8 @@ class NativeVisionBackbone(nn.Module):
         return torch.cat([self.featurizer(img), self.fused_featurizer(img_fused)], dim=2)
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py PrismaticProjector (MIT, see NOTICE): layer names
+# and order, so OpenVLA checkpoint weights load unchanged.
 class NativeProjector(nn.Module):
     """OpenVLA's MLP projector, applied per token: (B, K, vision_dim) -> (B, K, llm_dim) for any K.
 

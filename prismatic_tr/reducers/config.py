@@ -9,9 +9,19 @@ from typing import Any, NamedTuple
 import torch
 
 
+# follows EViT (youweiliang/evit evit.py, Apache-2.0; no code taken, see NOTICE): ceil(keep_rate * patches),
+# so TopK token counts equal EViT's.
 def num_kept(n_patch: int, ratio: float) -> int:
-    """Number of patch tokens kept: ``max(1, round(ratio * n_patch))``, rounding halves up (10.5 -> 11)."""
-    return max(1, math.floor(ratio * n_patch + 0.5))
+    """Patch tokens kept when a fraction ``ratio`` of ``n_patch`` is kept: ``ceil(ratio * n_patch)``, clamped
+    to [1, n_patch] (e.g. 0.7 of 196 -> 138, 0.7 of 256 -> 180, 0.3 of 256 -> 77).
+
+    The package's one rounding rule for "how many tokens are kept", used by ``reducers/`` (``reduction_ratio``),
+    ``vit/`` (``keep_rate``: TopK, and the merge count of tome / hquota_ff) and ``llm/`` (``keep_ratio``).
+    Rounding up never keeps less than the fraction asked for, and it is EViT's published keep-rate rule
+    (``ceil(keep_rate * patches)``: DeiT-S at 0.7 on blocks 3/6/9 goes 196 -> 138 -> 97 -> 68 patches), so the
+    in-backbone TopK counts equal EViT's. A 1e-6 guard absorbs float noise (0.1 * 90 = 9.000000000000002 -> 9).
+    """
+    return max(1, min(n_patch, math.ceil(ratio * n_patch - 1e-6)))
 
 
 def infer_grid(n_patch: int) -> tuple[int, int]:
@@ -43,7 +53,8 @@ class ReducerConfig:
 
     Attributes:
         method: strategy name, one of :func:`~prismatic_tr.reducers.available_methods`.
-        reduction_ratio: fraction of patch tokens KEPT, in (0, 1]; K = max(1, round(ratio * N_patch)).
+        reduction_ratio: fraction of patch tokens KEPT, in (0, 1]; K = num_kept(N_patch, ratio), i.e.
+            max(1, ceil(ratio * N_patch)).
             ``spatial_pool`` ignores it: its kept fraction is 1 / spatial_merge_size**2.
         spatial_merge_size: window and stride of ``spatial_pool`` (>= 1).
         num_prefix_tokens: leading tokens (CLS, registers) that are never reduced and stay first (>= 0).

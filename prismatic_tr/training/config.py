@@ -52,6 +52,8 @@ class TokenReductionConfig:
         )
 
 
+# follows OpenVLA c8f03f48 vla-scripts/finetune.py FinetuneConfig (MIT, see NOTICE): field names and the run-name
+# format, so OpenVLA's fine-tuning command lines carry over.
 @dataclass
 class FinetuneConfig:
     # fmt: off

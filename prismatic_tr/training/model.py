@@ -25,6 +25,8 @@ def load_base(vla_path: str, dtype: torch.dtype, device: str | torch.device = "c
         raise ValueError(f"cannot load vla_path={str(vla_path)!r}: {err}") from err
 
 
+# follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py predict_action (MIT, see NOTICE): the empty token
+# 29871 after the prompt.
 def prompt_suffix_ids(vla: nn.Module) -> tuple[int, ...]:
     """Token ids that ``predict_action`` appends after the prompt (OpenVLA's empty token 29871 for Llama-2
     checkpoints, none for small vocabularies); training prompts must end the same way."""

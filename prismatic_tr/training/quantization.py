@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+# follows OpenVLA c8f03f48 vla-scripts/finetune.py (MIT, see NOTICE): its 4-bit BitsAndBytesConfig (nf4, bf16
+# compute); leaving the projector and the LM head unquantized is this package's choice.
 DEFAULT_SKIP = ("projector", "lm_head")
 
 

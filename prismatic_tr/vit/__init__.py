@@ -5,7 +5,8 @@
     model = create_model("topk_deit_base_patch16_224", keep_rate=0.7, reduction_loc=[3, 6, 9])
     model.token_reduction_handle.remove()
 
-Algorithms (pure tensors) live in ``topk.py``, ``tome_merge.py``, ``hquota.py``; ``patch.py`` attaches them.
+Algorithms (pure tensors) live in ``topk.py``, ``merging.py`` (Token Merging), ``hquota.py``; ``patch.py``
+attaches them.
 """
 
 from prismatic_tr.vit.config import (

@@ -56,6 +56,8 @@ def _mix(attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bia
     return attn.attn_drop(probs) @ v, (probs if need_probs else None)
 
 
+# follows timm 0.9.10 / 1.0.31 timm/models/vision_transformer.py Attention.forward (Apache-2.0, see NOTICE):
+# the same submodule calls in the same order, so the output equals attn(x) bit for bit.
 def attention_forward(
     attn: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, need_probs: bool = False
 ) -> AttentionResult:

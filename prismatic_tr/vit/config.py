@@ -1,9 +1,11 @@
 """Configuration, validation and static token-count schedules for in-backbone ViT reduction.
 
 Per-layer plan: a list with one entry per block, each ``None`` (no reduction there) or a ``LayerStep``:
-``LayerStep("keep", keep_rate)`` (TopK keeps ceil(keep_rate * patches); tome / hquota_ff merge the
-complement, at most half of the patch tokens) or ``LayerStep("r", r)`` (merge r tokens, clamped to half).
-All counts are functions of shapes and config only, so ``tokens_per_location`` is exact.
+``LayerStep("keep", keep_rate)`` (TopK keeps ``num_kept(patches, keep_rate)`` patch tokens, the package's one
+rounding rule (``prismatic_tr.reducers.config``); tome / hquota_ff merge the complement, at most half of the
+patch tokens) or ``LayerStep("r", r)`` (merge r tokens, clamped to half; schedules in
+``prismatic_tr.vit.merging.merge_schedule``). All counts are functions of shapes and config only, so
+``tokens_per_location`` is exact.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from prismatic_tr.vit.tome_merge import parse_r
-from prismatic_tr.vit.topk import num_topk_kept
+from prismatic_tr.reducers.config import num_kept
+from prismatic_tr.vit.merging import merge_schedule
 
 __all__ = ["METHODS", "LayerStep", "VitReductionConfig", "default_reduction_loc", "tokens_after", "tokens_per_location"]
 
@@ -25,6 +27,7 @@ class LayerStep(NamedTuple):
     value: float
 
 
+# follows EViT (Liang et al., ICLR 2022; youweiliang/evit, Apache-2.0; see NOTICE): reduce at blocks 3/6/9 of 12.
 def default_reduction_loc(depth: int) -> list[int]:
     """EViT's locations scaled to the depth: [3, 6, 9] for 12 blocks, [depth//4, depth//2, 3*depth//4]."""
     return sorted({max(0, depth // 4), depth // 2, (3 * depth) // 4})
@@ -36,9 +39,9 @@ def tokens_after(num_tokens: int, num_prefix: int, method: str, step: LayerStep 
         return num_tokens
     patches = num_tokens - num_prefix
     if method == "topk":
-        return num_prefix + num_topk_kept(patches, step.value)
+        return num_prefix + num_kept(patches, step.value)
     if step.kind == "keep":
-        r = patches - num_topk_kept(patches, step.value)
+        r = patches - num_kept(patches, step.value)
     else:
         r = int(step.value)
     return num_tokens - max(0, min(r, patches // 2))
@@ -51,7 +54,9 @@ class VitReductionConfig:
     method: "topk" | "tome" | "hquota_ff".
     keep_rate: fraction of patch tokens kept at each of ``reduction_loc`` (float, or one per location);
         required for topk; for tome / hquota_ff an alternative to ``r``.
-    r: tokens merged per block (tome / hquota_ff only): int, per-block list, or ToMe's (r, inflection).
+    r: tokens merged per block (tome / hquota_ff only): int (every block), per-block list (missing
+        blocks 0), or (r, inflection) with inflection in [-1, 1]: r falls (< 0) or rises (> 0) linearly across
+        the blocks around a mean of r (see ``merge_schedule``).
     reduction_loc: 0-based block indices for ``keep_rate`` (default: EViT's [3, 6, 9] scaled to depth).
     hub_fraction: hquota_ff's share of kept patch tokens chosen as hubs, in [0, 1].
     prop_attn: proportional attention (log size added to attention logits) for tome / hquota_ff.
@@ -93,9 +98,7 @@ class VitReductionConfig:
         if self.r is not None:
             if self.reduction_loc is not None:
                 raise ValueError(f"reduction_loc={self.reduction_loc!r} goes with keep_rate, not r; give r as a per-block list")
-            rs = parse_r(depth, self.r)
-            if len(rs) > depth:
-                raise ValueError(f"r schedule has {len(rs)} entries for a model of depth {depth}; at most {depth}")
+            rs = merge_schedule(self.r, depth)  # ValueError for a list longer than depth
             return [LayerStep("r", float(r)) if r > 0 else None for r in rs]
         locs = self.reduction_loc if self.reduction_loc is not None else default_reduction_loc(depth)
         bad = [i for i in locs if not 0 <= i < depth]
@@ -111,11 +114,11 @@ class VitReductionConfig:
 
     def check_r_allowed(self, num_tokens: int, num_prefix: int, depth: int) -> None:
         """ValueError if any per-block r exceeds (num_tokens - P) // 2, the most a block may merge from
-        the input tokens (later blocks clamp r to half of what is left, as ToMe does)."""
+        the input tokens (later blocks clamp r to half of what is left, as ``match_tokens`` does)."""
         if self.r is None:
             return
         limit = (num_tokens - num_prefix) // 2
-        too_big = [r for r in parse_r(depth, self.r) if r > limit]
+        too_big = [r for r in merge_schedule(self.r, depth) if r > limit]
         if too_big:
             raise ValueError(f"r={self.r!r} merges {max(too_big)} tokens in one block; allowed at most {limit} "
                              f"for {num_tokens} tokens with {num_prefix} prefix tokens")

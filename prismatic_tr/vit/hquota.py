@@ -54,15 +54,17 @@ def merge_into_nearest(
     """Size-weighted merge of every token into its nearest kept token (kept tokens map to themselves).
 
     x (B, M, C), size (B, M, 1), dist (B, M, M), keep_idx (B, K) ascending -> x (B, K, C), size (B, K, 1).
+    The means are accumulated in ``promote_types(x.dtype, size.dtype)`` and returned in x's dtype.
     """
     B, M, C = x.shape
     K = keep_idx.shape[1]
     assign = dist.gather(2, keep_idx.unsqueeze(1).expand(B, M, K)).argmin(dim=-1)  # (B, M) in [0, K)
     slots = torch.arange(K, device=x.device).expand(B, K)
     assign = assign.scatter(1, keep_idx, slots)
-    weighted = x.new_zeros(B, K, C).scatter_add(1, assign.unsqueeze(-1).expand(B, M, C), x * size)
+    acc = torch.promote_types(x.dtype, size.dtype)
+    weighted = x.new_zeros(B, K, C, dtype=acc).scatter_add(1, assign.unsqueeze(-1).expand(B, M, C), x.to(acc) * size)
     new_size = size.new_zeros(B, K, 1).scatter_add(1, assign.unsqueeze(-1), size)
-    return weighted / new_size, new_size
+    return (weighted / new_size).to(x.dtype), new_size
 
 
 def hquota_merge(

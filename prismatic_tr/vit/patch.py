@@ -9,8 +9,8 @@ calls the block's own submodules in timm's order::
     x = x + drop_path2(ls2(mlp(norm2(x))))
 
 ``attn'`` reuses the module's qkv / q_norm / k_norm / proj (see ``attention.py``) and exposes q and k.
-Token sizes (for proportional attention) live in a per-model state reset by the first patched block at
-every forward, so OpenVLA-style ``forward`` replacements (``get_intermediate_layers``) keep working.
+Token sizes (float32 counts, for proportional attention) live in a per-model state reset by the first
+patched block at every forward, so OpenVLA-style ``forward`` replacements (``get_intermediate_layers``) keep working.
 Prefix tokens (``model.num_prefix_tokens``: CLS, registers) are never reduced and stay first.
 """
 
@@ -24,7 +24,7 @@ from torch import nn
 from prismatic_tr.vit.attention import AttentionResult, attention_forward, check_attention_module
 from prismatic_tr.vit.config import LayerStep, VitReductionConfig, tokens_after
 from prismatic_tr.vit.hquota import hquota_merge
-from prismatic_tr.vit.tome_merge import bipartite_soft_matching, merge_wavg
+from prismatic_tr.vit.merging import match_tokens, proportional_attention_bias, unit_sizes
 from prismatic_tr.vit.topk import query_row_scores, topk_keep
 
 __all__ = ["HANDLE_ATTR", "VitReductionHandle", "apply_vit_reduction", "get_vit_reduction"]
@@ -51,6 +51,8 @@ class _ReducingForward:
     def _num_after(self, num_tokens: int) -> int:
         return tokens_after(num_tokens, self.num_prefix, self.cfg.method, self.step)
 
+    # follows timm 0.9.10 / 1.0.31 timm/models/vision_transformer.py Block.forward (Apache-2.0, see NOTICE):
+    # its residual order, so a block that reduces nothing gives the unpatched output bit for bit.
     def __call__(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("attn_mask / is_causal are not supported while token reduction is attached; remove() it first")
@@ -59,7 +61,7 @@ class _ReducingForward:
             self.state.size = None
         blk, size = self.block, self.state.size
         n_out = self._num_after(x.shape[1])
-        bias = size.log()[:, None, None, :, 0] if (size is not None and self.cfg.prop_attn) else None
+        bias = proportional_attention_bias(size) if (size is not None and self.cfg.prop_attn) else None
         need_probs = self.cfg.method == "hquota_ff" and n_out < x.shape[1]
         res = attention_forward(blk.attn, blk.norm1(x), bias=bias, need_probs=need_probs)
         x = x + blk.drop_path1(blk.ls1(res.out))
@@ -73,10 +75,10 @@ class _ReducingForward:
         if self.cfg.method == "topk":
             return topk_keep(x, query_row_scores(res.q, res.k, self.block.attn.scale, P), n_out - P, P)[0]
         if self.cfg.method == "tome":
-            merge, _ = bipartite_soft_matching(res.k.mean(dim=1), x.shape[1] - n_out, P)
-            x, self.state.size = merge_wavg(merge, x, size)
+            matching = match_tokens(res.k.mean(dim=1), x.shape[1] - n_out, P)  # keys averaged over heads
+            x, self.state.size = matching.merge_mean(x, size)
             return x
-        size = size if size is not None else torch.ones_like(x[..., :1])
+        size = size if size is not None else unit_sizes(x)
         x, self.state.size = hquota_merge(x, size, res.probs, n_out - P, P, self.cfg.hub_fraction)
         return x
 

@@ -10,18 +10,13 @@ Either way the N x N attention matrix is never built, so fused attention stays o
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-__all__ = ["num_topk_kept", "query_row_scores", "topk_keep"]
+__all__ = ["query_row_scores", "topk_keep"]
 
 
-def num_topk_kept(num_patch: int, keep_rate: float) -> int:
-    """Patch tokens kept at one location: ceil(keep_rate * num_patch), at least 1 (1e-6 guards float noise)."""
-    return max(1, min(num_patch, math.ceil(keep_rate * num_patch - 1e-6)))
-
-
+# follows EViT (Liang et al., ICLR 2022; see NOTICE): score = attention from the CLS row averaged over heads,
+# written from the paper; no EViT code is included.
 def query_row_scores(q: torch.Tensor, k: torch.Tensor, scale: float, num_prefix: int) -> torch.Tensor:
     """q, k (B, H, N, d) -> importance of each patch token (B, N - num_prefix), head-averaged attention.
 

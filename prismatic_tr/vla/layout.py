@@ -39,6 +39,8 @@ class TokenLayout:
         return self.prefix + self.num_images * self.patches
 
 
+# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py (MIT, see NOTICE): images' patch tokens one
+# after another, counted as get_num_patches() * get_num_images_in_input(), so OFT's slicing stays right.
 def token_layout(
     num_tokens: int, patches_per_image: int | None, max_prefix: int, keep_prefix: bool
 ) -> TokenLayout:

@@ -88,6 +88,7 @@ def original_num_patches(backbone: nn.Module) -> int | None:
     return int(n) if n is not None else None
 
 
+# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py get_num_images_in_input (MIT, see NOTICE).
 def images_in_input(backbone: nn.Module) -> int:
     """Images the backbone encodes per sample now (OpenVLA-OFT: ``get_num_images_in_input()``), else 1."""
     cls = own_class(backbone)

@@ -8,7 +8,7 @@ from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput, num_kep
 
 
 def count_by_ratio(n_patch: int, cfg: ReducerConfig) -> int:
-    """K for score-based strategies: ``max(1, round(ratio * n_patch))``."""
+    """K for score-based strategies: ``num_kept(n_patch, ratio)`` (ceil, at least 1)."""
     return num_kept(n_patch, cfg.reduction_ratio)
 
 
