@@ -20,14 +20,15 @@ def build_vla(
     """Build a ``NativeOpenVLA`` in eval mode with random weights drawn from ``seed``.
 
     Presets: "tiny" (OpenVLA's tower classes at tiny width and depth with the real 256-token geometry, Llama
-    h64 x 2 layers, vocab 1024), "cpu-bench" (real DINOv2-L / SigLIP-so400m, Llama h2048 x 8 layers, vocab
+    h64 x 2 layers, vocab 1024), "policy" (towers 64 wide x 6 deep, Llama h128 x 4 layers, vocab 1024: the
+    size of the bundled trained policy), "cpu-bench" (real DINOv2-L / SigLIP-so400m, Llama h2048 x 8 layers, vocab
     32000 -> 32064), "openvla-7b" (real towers + Llama-2-7B sizes; build it under ``torch.device("meta")`` off
-    a GPU). The global RNG state is left untouched. "tiny" uses timm's / transformers' own init; the big
+    a GPU). The global RNG state is left untouched. The small presets use timm's / transformers' own init; the big
     presets are materialised directly on ``device`` in ``dtype`` with N(0, 0.02) weights (see ``init_utils``).
     """
     config = make_config(preset, vision_backbone_id)
     on_meta = building_on_meta()
-    if PRESETS[preset].tiny_vision and not on_meta:
+    if PRESETS[preset].small and not on_meta:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = NativeOpenVLA(config)  # timm / transformers' own init

@@ -45,17 +45,30 @@ TINY_TIMM_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def tiny_timm_kwargs(timm_id: str) -> dict[str, Any] | None:
-    """The tiny-size overrides for a tower id (a pretrained tag such as ``.lvd142m`` is ignored), or None."""
-    kwargs = TINY_TIMM_KWARGS.get(timm_id.split(".", 1)[0])
+# The towers of the "policy" preset (the bundled trained policy): the same classes, 64 wide and 6 deep.
+POLICY_TIMM_KWARGS: dict[str, dict[str, Any]] = {
+    "vit_large_patch14_reg4_dinov2": dict(embed_dim=64, depth=6, num_heads=4),
+    "vit_so400m_patch14_siglip_224": dict(embed_dim=64, depth=6, num_heads=4),
+}
+
+
+def tower_kwargs(table: dict[str, dict[str, Any]], timm_id: str) -> dict[str, Any] | None:
+    """The overrides ``table`` gives a tower id (a pretrained tag such as ``.lvd142m`` is ignored), or None."""
+    kwargs = table.get(timm_id.split(".", 1)[0])
     return dict(kwargs) if kwargs is not None else None
+
+
+def tiny_timm_kwargs(timm_id: str) -> dict[str, Any] | None:
+    """The tiny-size overrides for a tower id, or None."""
+    return tower_kwargs(TINY_TIMM_KWARGS, timm_id)
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Sizes of one preset: tiny or real timm towers, and a Llama decoder."""
+    """Sizes of one preset: the towers (``towers`` overrides per timm id, None for the real sizes) and a
+    Llama decoder."""
 
-    tiny_vision: bool
+    towers: dict[str, dict[str, Any]] | None
     vocab_size: int  # unpadded text vocabulary (Llama-2: 32000); the last 256 ids are the action bins
     hidden_size: int
     intermediate_size: int
@@ -63,11 +76,17 @@ class Preset:
     num_attention_heads: int
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def small(self) -> bool:
+        """Built with timm's / transformers' own initialisation (cheap); the real sizes are not."""
+        return self.towers is not None
+
 
 PRESETS: dict[str, Preset] = {
-    "tiny": Preset(True, 1024, 64, 128, 2, 4),
-    "cpu-bench": Preset(False, LLAMA2_VOCAB_SIZE, 2048, 5632, 8, 16),
-    "openvla-7b": Preset(False, LLAMA2_VOCAB_SIZE, 4096, 11008, 32, 32),
+    "tiny": Preset(TINY_TIMM_KWARGS, 1024, 64, 128, 2, 4),
+    "policy": Preset(POLICY_TIMM_KWARGS, 1024, 128, 384, 4, 4),
+    "cpu-bench": Preset(None, LLAMA2_VOCAB_SIZE, 2048, 5632, 8, 16),
+    "openvla-7b": Preset(None, LLAMA2_VOCAB_SIZE, 4096, 11008, 32, 32),
 }
 
 # Synthetic statistics (NOT the real BridgeData V2 statistics): plausible magnitudes for a 7-D end-effector
@@ -222,11 +241,11 @@ def make_config(
     check_choice("vision_backbone_id", vision_backbone_id, VISION_BACKBONE_IDS)
     p = PRESETS[preset]
     spec = vision_backbone_spec(vision_backbone_id)
-    tower_kwargs = [tiny_timm_kwargs(t) for t in spec.timm_model_ids] if p.tiny_vision else None
+    kwargs = [tower_kwargs(p.towers, t) for t in spec.timm_model_ids] if p.towers is not None else None
     return NativeOpenVLAConfig(
         vision_backbone_id=vision_backbone_id,
         text_config=llama_config_for(p),
         norm_stats=copy.deepcopy(SYNTHETIC_NORM_STATS),
-        timm_model_kwargs=tower_kwargs,
+        timm_model_kwargs=kwargs,
         prismatic_tr_preset=preset,
     )
