@@ -112,6 +112,7 @@ def _checkpoint_dir(tmp_path: Path, config: dict) -> Path:
      "24x24 patch grid"),
     ({"norm_stats": {"bridge_orig": {}}}, ["--unnorm_key", "fractal"], "allowed: ['bridge_orig']"),
     (None, [], "has no config.json"),
+    ({}, ["--preset", "tiny"], "pass one of them"),
 ])
 def test_checkpoint_flags_are_checked_against_its_config(tmp_path, capsys, monkeypatch, config, flags, needle):
     monkeypatch.setattr(benchmark, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))

@@ -41,6 +41,8 @@ def test_sweep_writes_csv_json_png(tmp_path: Path) -> None:
     ["--tome_r", "200"],
     ["--device", "tpu"],
     ["--timing_runs", "0"],
+    ["--img_size", "8"],
+    ["--model", "resnet18"],
     ["--keep_rates", "0.5,1.5"],
 ])
 def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -232,6 +232,17 @@ def test_random_draws_a_uniform_subset():
     assert abs(float(overlap) - k * k / n) < 0.05
 
 
+def test_random_works_in_and_out_of_inference_mode():
+    x = features(1, 16, 4, 0)
+    with torch.inference_mode():
+        built_inside = make("random", 0.5)
+        first = built_inside(x)
+    assert built_inside(x).shape == first.shape  # its key state is a normal tensor, usable outside too
+    outside = make("random", 0.5)
+    with torch.inference_mode():
+        assert torch.equal(outside(x), first)  # same seed, same first draw
+
+
 def test_random_seeds_differ_and_strategy_runs_alone():
     x = features(3, 64, 4, 0)
     a, b = make("random", 0.25, seed=0).reduce(x).indices, make("random", 0.25, seed=1).reduce(x).indices

@@ -86,6 +86,8 @@ class BenchmarkConfig:
         )
 
         if self.vla_path is not None:
+            if self.preset is not None:
+                raise ValueError(f"--preset {self.preset!r} and --vla_path both name a model; pass one of them")
             path = Path(self.vla_path)
             if not path.is_dir():
                 raise ValueError(f"--vla_path {self.vla_path!r} is not a directory; give a checkpoint directory")
@@ -211,7 +213,7 @@ def headline(records: list[dict]) -> str:
             f"  {r['method']:>15} keep {r['reduction_ratio']:.3g}: speedup {r['speedup']:.3f} of ideal "
             f"{r['ideal_speedup']:.3f} (efficiency {r['efficiency']:.2f}); prefill {r['prefill_speedup']:.3f} of "
             f"{r['prefill_ideal_speedup']:.3f} ({r['prefill_efficiency']:.2f}); reducer "
-            f"{r['reducer_pct_of_vision']:.2f}% of vision"
+            f"{r['reducer_pct_of_vision']:.2f}% of vision" + ("  [NOISY: not a result]" if r.get("noise_flag") else "")
         )
     return "\n".join(lines)
 

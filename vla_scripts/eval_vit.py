@@ -92,10 +92,18 @@ def _geometry(name: str, img_size: int | None) -> tuple[int, int, int]:
     from prismatic_tr.bench.flops import empty_weights
 
     extra = {} if img_size is None else {"img_size": img_size}
-    with empty_weights():
-        model = timm.create_model(name, pretrained=False, **extra)
-    prefix = int(getattr(model, "num_prefix_tokens", 0))
-    return len(model.blocks), int(model.patch_embed.num_patches) + prefix, prefix
+    try:
+        with empty_weights():
+            model = timm.create_model(name, pretrained=False, **extra)
+        prefix, patches = int(getattr(model, "num_prefix_tokens", 0)), int(model.patch_embed.num_patches)
+        depth = len(model.blocks)
+    except AttributeError:
+        raise ValueError(f"--model {name!r} is not a timm ViT (no patch_embed / blocks)") from None
+    except (RuntimeError, TypeError, AssertionError) as err:
+        raise ValueError(f"--model {name!r} cannot be built with --img_size {img_size}: {err}") from None
+    if patches < 1:
+        raise ValueError(f"--img_size {img_size} gives {name} no patch tokens; use a larger size")
+    return depth, patches + prefix, prefix
 
 
 def build_dataset(cfg: EvalVitConfig, model: torch.nn.Module) -> Dataset:

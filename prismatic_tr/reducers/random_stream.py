@@ -53,14 +53,14 @@ class KeyStream:
     """
 
     def __init__(self, seed: int = 0) -> None:
-        self.state = torch.zeros((), dtype=torch.int64)
+        with torch.inference_mode(False):  # a normal tensor even when built under inference_mode
+            self.state = torch.zeros((), dtype=torch.int64)
         self.reseed(seed)
 
     def reseed(self, seed: int) -> None:
         """Restart the sequence from ``seed`` (any int; equal seeds give equal sequences)."""
-        start = mix32(torch.tensor(int(seed) & MASK32, dtype=torch.int64))
         with torch.no_grad():
-            self.state.copy_(start)
+            self.state.copy_(mix32(torch.tensor(int(seed) & MASK32, dtype=torch.int64)))
 
     def next_key(self) -> torch.Tensor:
         """The key of the next draw (0-d int64 CPU tensor); advances the state."""
