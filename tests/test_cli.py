@@ -1,7 +1,7 @@
 """What every program in vla_scripts/ shares: list-flag spellings, a description in --help, one listing per
 option, ``<prog>: error: <reason>`` with status 2 before any model is built."""
 
-from __future__ import annotations
+# No "from __future__ import annotations": draccus 0.3 (OpenVLA's pins) needs real field types.
 
 import dataclasses
 import importlib

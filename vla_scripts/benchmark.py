@@ -69,7 +69,8 @@ class BenchmarkConfig:
                 raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
         resolve_dtype(self.dtype)
         resolve_device(self.device, "--device")
-        if not isinstance(self.instruction, str) or not self.instruction.strip():
+        # an empty value reaches here as None (draccus 0.8) or "None" (draccus 0.3)
+        if not isinstance(self.instruction, str) or self.instruction.strip() in ("", "None"):
             raise ValueError("--instruction is empty; give the task text of the prompt")
         if self.output_dir.exists() and not self.output_dir.is_dir():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
