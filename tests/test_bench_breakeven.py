@@ -11,6 +11,7 @@ import pytest
 from prismatic_tr.bench import breakeven
 from prismatic_tr.bench.breakeven import (
     DEFAULT_BREAK_EVEN_TOKENS,
+    DEFAULT_RULES,
     count_tokens,
     load_profile,
     predict_speedup,
@@ -27,7 +28,8 @@ def _row(size: int, batch: int, tokens: int, speedup: float, device: str = "cuda
             "reduced_gmacs": 5.55, "ops_added": "+8/loc: topk; syncs 0"}
 
 
-# The study's GPU numbers: 0.9x at 224 px (197 tokens), 2.2x at 448 px (785 tokens), batch 1 and 8.
+# Shaped like the earlier DeiT-B study on an RTX 2080 Ti (someone else's figures, not in this repository):
+# 0.9x at 224 px (197 tokens), 2.2x at 448 px (785 tokens); the batch-8 values are made up for the tests.
 STUDY = [_row(224, 1, 197, 0.90), _row(448, 1, 785, 2.2), _row(224, 8, 197, 0.84), _row(448, 8, 785, 2.4)]
 
 
@@ -78,7 +80,28 @@ def test_policy_falls_back_without_profile(tmp_path: Path, monkeypatch: pytest.M
     assert d.source == "default" and d.expected_speedup is None
     assert "no calibration profile" in d.reason and "default" in d.reason
     assert d.use_reduction is use
-    assert d.use_reduction == (d.tokens >= DEFAULT_BREAK_EVEN_TOKENS[device])
+    assert d.use_reduction == (d.tokens >= DEFAULT_BREAK_EVEN_TOKENS[device] == DEFAULT_RULES[device].min_tokens)
+    assert d.default_basis == DEFAULT_RULES[device].basis and d.default_basis in d.reason
+    assert ("NOT measured here" in d.reason) is (device == "cuda")  # a default not measured here says so
+
+
+def test_default_rules_name_their_source() -> None:
+    """The CPU threshold is the smallest size measured in this repository (the files exist); the CUDA one is
+    labelled as an outside figure."""
+    root = Path(__file__).resolve().parents[1]
+    cpu, cuda = DEFAULT_RULES["cpu"], DEFAULT_RULES["cuda"]
+    assert cpu.measured_here and "benchmarks/results/vit/" in cpu.basis
+    sweeps = sorted((root / "benchmarks/results/vit").glob("sweep_cpu_*/sweep.csv"))
+    assert sweeps, "the CPU default cites measurements that must be in the repository"
+    tokens = {int(r["tokens"]) for p in sweeps for r in csv.DictReader(p.open())}
+    speedups = [float(r["speedup"]) for p in sweeps for r in csv.DictReader(p.open())]
+    assert min(tokens) == cpu.min_tokens and min(speedups) > 1.0  # it paid at every measured point
+    assert not cuda.measured_here and "NOT measured here" in cuda.basis and "RTX 2080 Ti" in cuda.basis
+
+
+def test_other_device_types_say_which_default_they_borrow(tmp_path: Path) -> None:
+    d = breakeven._default(500, "mps", "no calibration profile at x")
+    assert d.use_reduction and "no default for mps" in d.reason and "NOT measured here" in d.reason
 
 
 def test_policy_env_var_and_device_mismatch(profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:

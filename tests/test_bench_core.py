@@ -203,3 +203,149 @@ def test_ops_added() -> None:
     from collections import Counter
 
     assert ops_added(Counter(a=2, b=1), Counter(a=3, b=1, c=2)) == Counter(a=1, c=2)
+
+
+def test_interleaved_keeps_contexts_out_of_the_timed_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting's context (e.g. attaching a reduction) wraps each call but is not timed (fake clock)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from prismatic_tr.bench import timing
+
+    clock, log = [0.0], []
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    @contextmanager
+    def slow_setup():
+        log.append("enter")
+        clock[0] += 100.0
+        yield
+        clock[0] += 100.0
+        log.append("exit")
+
+    def call(name: str, seconds: float):
+        return lambda: (log.append(name), clock.__setitem__(0, clock[0] + seconds))
+
+    out = interleaved({"a": call("a", 1.0), "b": call("b", 2.0)}, warmup=1, repeats=2, device="cpu",
+                      contexts={"a": slow_setup})
+    assert out["a"].samples_ms == [1000.0, 1000.0] and out["b"].samples_ms == [2000.0, 2000.0]
+    assert log == ["enter", "a", "exit", "b"] * 3  # warm-up round first, then the timed rounds
+    with pytest.raises(ValueError, match="'c'"):
+        interleaved({"a": call("a", 1.0)}, contexts={"c": slow_setup})
+
+
+# ---------------------------------------------------------------- GPU paths, checked on the CPU
+
+
+@pytest.mark.parametrize(("device", "current", "expected"), [("cuda:1", 0, "cuda:1"), ("cuda", 2, "cuda:2"),
+                                                             ("cuda:0", 3, "cuda:0")])
+def test_event_device(device: str, current: int, expected: str) -> None:
+    from prismatic_tr.bench.timing import event_device
+
+    assert event_device(torch.device(device), current) == torch.device(expected)
+
+
+def test_events_are_recorded_on_the_measured_devices_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measuring cuda:1 while cuda:0 is current: the events go to cuda:1's stream (fake CUDA API)."""
+    from prismatic_tr.bench import timing
+
+    recorded: list[object] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self, stream: object = None) -> None:
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    timing._Stopwatch("cuda:1").point()
+    timing._Stopwatch("cuda").point()
+    assert recorded == ["stream of cuda:1", "stream of cuda:0"]
+
+
+def test_device_time_counts_each_kernel_once() -> None:
+    """Profiler rows: each aten op carries its kernels' time, and the kernels are rows of their own."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from prismatic_tr.bench.profiling import device_time_us
+
+    def row(name: str, device: DeviceType, us: float, attr: str = "self_device_time_total") -> SimpleNamespace:
+        return SimpleNamespace(name=name, device_type=device, **{attr: us})
+
+    rows = [row("aten::mm", DeviceType.CPU, 30.0), row("sm80_gemm", DeviceType.CUDA, 30.0),
+            row("aten::add", DeviceType.CPU, 5.0), row("add_kernel", DeviceType.CUDA, 5.0),
+            row("cudaLaunchKernel", DeviceType.CPU, 0.0), row("Memcpy HtoD", DeviceType.CUDA, 2.0)]
+    assert device_time_us(rows) == 37.0  # summing every row would give 72
+    assert device_time_us([row("k", DeviceType.CUDA, 4.0, attr="self_cuda_time_total")]) == 4.0  # torch 2.2 name
+
+
+@pytest.mark.parametrize(
+    ("index", "visible", "expected"),
+    [(0, None, 0), (3, None, 3), (0, "2,3", 2), (1, "2,3", 3), (2, "2,3", None), (0, "", None),
+     (0, "GPU-8932f937-d72c,1", "GPU-8932f937-d72c"), (1, "GPU-8932f937-d72c,1", 1), (0, "MIG-4b5c", None),
+     (1, "0,-1,2", None), (0, " 3 , 1", 3), (0, "abc,1", None)],
+)
+def test_nvml_target_from_cuda_visible_devices(index: int, visible: str | None, expected: object) -> None:
+    from prismatic_tr.bench.power import nvml_target
+
+    assert nvml_target(index, visible) == expected
+
+
+def test_match_uuid() -> None:
+    from prismatic_tr.bench.power import match_uuid
+
+    uuids = ["GPU-12ab-0000", "GPU-8932f937-d72c", "GPU-8999-0000"]
+    assert match_uuid("GPU-8932", uuids) == 1 and match_uuid("GPU-89", uuids) is None  # ambiguous
+    assert match_uuid("GPU-ffff", uuids) is None
+
+
+def test_power_monitor_reads_the_nvml_device_behind_torchs_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES=2,3: torch's cuda:0 is NVML's device 2 (fake pynvml, torch without UUIDs)."""
+    import sys
+    from types import SimpleNamespace
+
+    from prismatic_tr.bench.power import PowerMonitor
+
+    opened: list[int] = []
+    fake = SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 4,
+                           nvmlDeviceGetHandleByIndex=lambda i: opened.append(i) or f"h{i}",
+                           nvmlDeviceGetPowerUsage=lambda h: 150_000)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(name="fake"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monitor = PowerMonitor("cuda:0")
+    assert monitor._open() and opened == [2] and monitor._handle == "h2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4b5c")
+    assert not PowerMonitor("cuda:0")._open()  # no reading rather than another device's
+
+
+def test_graph_breaks_fails_when_fullgraph_compile_fails() -> None:
+    """torch._dynamo.explain reports 0 breaks for a module drawing from a torch.Generator; the helper
+    compiles for real and raises."""
+    import torch._dynamo as dynamo
+
+    from prismatic_tr.bench.profiling import FullGraphError, graph_breaks
+
+    class DrawsFromGenerator(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.generators: dict[str, torch.Generator] = {}
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            key = str(x.device)
+            if key not in self.generators:
+                self.generators[key] = torch.Generator(device=x.device).manual_seed(0)
+            return x + torch.rand(x.shape, generator=self.generators[key])
+
+    x = torch.randn(2, 3)
+    assert dynamo.explain(DrawsFromGenerator())(x).graph_break_count == 0
+    with pytest.raises(FullGraphError, match="DrawsFromGenerator"):
+        graph_breaks(DrawsFromGenerator(), x, backend="aot_eager")
+    assert graph_breaks(torch.nn.Linear(3, 2), x, backend="aot_eager") == (0, [])

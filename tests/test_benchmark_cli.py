@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,15 +40,18 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["random_weights"] is True and data["meta"]["dtype"] == "float32"
     assert data["meta"]["config"]["preset"] == "tiny" and data["meta"]["machine"]["torch_threads"] == 1
+    assert len(data["meta"]["machine"]["load_average_at_start"]) == 3  # os.getloadavg() on Linux
+    assert all(isinstance(r["noise_flag"], bool) for r in data["records"])
     assert [r["speedup"] for r in data["records"]] == [pytest.approx(float(r["speedup"])) for r in rows]
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_script_runs_as_a_program():
     """``python vla_scripts/benchmark.py`` resolves its imports (bad flag: exits before building a model)."""
-    script = Path(__file__).resolve().parents[1] / "vla_scripts" / "benchmark.py"
-    proc = subprocess.run([sys.executable, str(script), "--ratios", "[2.0]"], capture_output=True, text=True,
-                          timeout=300)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(root / "vla_scripts" / "benchmark.py"), "--ratios", "[2.0]"],
+                          capture_output=True, text=True, timeout=300, env=env)  # this checkout's code
     assert proc.returncode == 2 and "2.0" in proc.stderr and "(0, 1]" in proc.stderr
 
 
@@ -64,7 +68,12 @@ BAD_FLAGS = [
     (["--num_runs", "0"], "num_runs"),
     (["--batch_size", "0"], "batch_size"),
     (["--spatial_merge_size", "0"], "spatial_merge_size"),
+    (["--spatial_merge_size", "3"], "does not divide the 16x16 patch grid of dinosiglip-vit-so-224px; allowed: 1, 2, 4"),
     (["--num_threads", "-1"], "num_threads"),
+    (["--unnorm_key", "libero_spatial"], "libero_spatial"),
+    (["--instruction", " "], "--instruction"),
+    (["--methods", "topk_magnitude,bogus"], "bogus"),
+    (["--ratios", "0.5", "1.5"], "1.5"),
 ]
 
 
@@ -76,6 +85,77 @@ def test_bad_flags_exit_2_with_message(flags, needle, capsys, monkeypatch):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "error" in err and needle in err
+
+
+@pytest.mark.parametrize("flags", [
+    ["--methods", "topk_magnitude", "random", "--ratios", "0.75", "0.5"],
+    ["--methods", "topk_magnitude,random", "--ratios", "0.75,0.5"],
+    ["--methods=topk_magnitude,random", "--ratios=0.75,0.5"],
+    ["--methods", "[topk_magnitude, random]", "--ratios", "[0.75,0.5]"],
+])
+def test_list_flags_take_every_spelling(flags):
+    cfg = benchmark.parse_config([*flags, "--num_runs", "3"])
+    assert cfg.methods == ["topk_magnitude", "random"] and cfg.ratios == [0.75, 0.5] and cfg.num_runs == 3
+
+
+def _checkpoint_dir(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize(("config", "flags", "needle"), [
+    ({"timm_model_ids": ["vit_so400m_patch14_siglip_224"], "image_sizes": [224]}, ["--spatial_merge_size", "3"],
+     "16x16 patch grid of the checkpoint"),
+    ({"timm_model_ids": ["vit_x_patch16_384"], "image_sizes": [384]}, ["--spatial_merge_size", "5"],
+     "24x24 patch grid"),
+    ({"norm_stats": {"bridge_orig": {}}}, ["--unnorm_key", "fractal"], "allowed: ['bridge_orig']"),
+    (None, [], "has no config.json"),
+    ({}, ["--preset", "tiny"], "pass one of them"),
+])
+def test_checkpoint_flags_are_checked_against_its_config(tmp_path, capsys, monkeypatch, config, flags, needle):
+    monkeypatch.setattr(benchmark, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))
+    path = _checkpoint_dir(tmp_path, config) if config is not None else tmp_path
+    with pytest.raises(SystemExit) as exc:
+        benchmark.parse_config(["--vla_path", str(path), *flags])
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_checkpoint_grid_that_fits_passes(tmp_path):
+    path = _checkpoint_dir(tmp_path, {"timm_model_ids": ["vit_x_patch14_224"], "image_sizes": [224]})
+    assert benchmark.parse_config(["--vla_path", str(path), "--spatial_merge_size", "4"]).spatial_merge_size == 4
+
+
+def test_help_has_a_description(capsys):
+    with pytest.raises(SystemExit) as exc:
+        benchmark.parse_config(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "Benchmark one OpenVLA control step" in out and "--strict" in out
+
+
+def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, keep_threads):
+    """An injected slow vision phase in the baseline row: warnings, noise_flag in the files, exit 3."""
+    from helpers.slow_step import slow_baseline_step
+
+    from prismatic_tr.bench import policy
+
+    monkeypatch.setattr(policy, "PolicyStep", slow_baseline_step(0.25))
+    out = tmp_path / "bench"
+    with pytest.raises(SystemExit) as exc:
+        benchmark.main(benchmark.parse_config([
+            "--preset", "tiny", "--methods", "topk_magnitude", "--ratios", "0.5", "--num_runs", "2", "--warmup", "0",
+            "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1", "--strict",
+            "true"]))
+    assert exc.value.code == benchmark.EXIT_NOISY == 3
+    captured = capsys.readouterr()
+    assert "WARNING: noisy row none" in captured.out and "What to do" in captured.out
+    assert "--strict" in captured.err
+    data = json.loads((out / "results.json").read_text())
+    assert [r["noise_flag"] for r in data["records"]] == [True, True] and data["meta"]["noisy_rows"] == 2
+    load = data["meta"]["machine"]["load_average_at_start"]
+    assert load is None or (len(load) == 3 and all(x >= 0 for x in load))
+    assert "noise_flag" in data["meta"]["conventions"]
 
 
 def test_defaults_are_the_documented_sweep():

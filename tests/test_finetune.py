@@ -115,7 +115,7 @@ def test_cli_rejects_bad_input(paths, tmp_path, capsys, extra, match):
             "--run_root_dir", str(tmp_path / "runs"), "--batch_size", "2", "--max_steps", "1"]
     assert main(args + [a.format(root=root) for a in extra]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and re.search(match, err), err
+    assert err.startswith("finetune.py: error: ") and re.search(match, err), err
     assert not (tmp_path / "runs").exists()  # nothing was written: it failed before training
 
 

@@ -32,7 +32,8 @@ def test_torchrun_two_processes(tmp_path_factory: pytest.TempPathFactory, tmp_pa
         "--lora_rank", "4", "--shuffle_buffer_size", "8", "--log_every", "1", "--progress_bar", "false",
         "--token_reduction.method", "topk_magnitude", "--token_reduction.reduction_ratio", "0.5",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # this checkout's code
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     print(f"torchrun 2 processes: {time.perf_counter() - start:.1f} s")

@@ -8,11 +8,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.slow_step import slow_baseline_step
 from PIL import Image
 
 from prismatic_tr.bench.policy import add_speedup_fields, benchmark_token_reduction, build_settings
 from prismatic_tr.bench.policy_report import format_table
-from prismatic_tr.bench.policy_step import PHASES
+from prismatic_tr.bench.policy_settings import PHASES
 from prismatic_tr.models import build_processor, build_prompt, build_vla
 from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
 
@@ -23,7 +24,8 @@ OTHER_KEYS = [
     "method", "reduction_ratio", "num_patches", "num_patches_in", "seq_len", "pixel_values_shape",
     "vision_features_shape", "reduced_features_shape", "projected_shape", "action_tokens_shape",
     "speedup", "prefill_speedup", "ideal_speedup", "efficiency", "prefill_ideal_speedup", "peak_memory_mb",
-    "action_token_agreement", "action_mae", "first_token_kl", "total_gmacs",
+    "action_token_agreement", "action_mae", "first_token_kl", "total_gmacs", "vision_vs_baseline", "total_spread",
+    "noise_flag", "noise_reason",
     *[f"{p}_gmacs" for p in PHASES],
 ]
 
@@ -93,6 +95,8 @@ def test_record_fields_exist_and_are_finite(run):
         for phase in (*PHASES, "total"):
             assert rec[f"{phase}_ms_p10"] <= rec[f"{phase}_ms"] <= rec[f"{phase}_ms_p90"]
         assert rec["peak_memory_mb"] is None  # no per-step allocator peak on the CPU
+        assert isinstance(rec["noise_flag"], bool) and (rec["noise_reason"] != "") == rec["noise_flag"]
+        assert rec["vision_vs_baseline"] == pytest.approx(rec["vision_ms"] / run[0][0]["vision_ms"])
 
 
 @pytest.mark.parametrize("method, ratio, tokens", TOKEN_CASES)
@@ -217,7 +221,7 @@ def test_cuda_path_reports_peak_memory():
                                         num_runs=3, warmup=1, progress=False)
     for rec in records:
         assert rec["device"].startswith("cuda") and rec["peak_memory_mb"] > 0 and rec["step_memory_mb"] >= 0
-        assert rec["total_ms"] > 0 and rec["step_matches_generate"] >= 0.0
+        assert rec["total_ms"] > 0 and rec["step_matches_generate"] == 1.0  # step decodes what generate does
     assert records[1]["num_patches"] == 128
 
 
@@ -233,3 +237,88 @@ def test_hf_style_model_through_the_adapter():
     assert [r["num_patches"] for r in records] == [256, 128, 64]
     assert records[0]["action_token_agreement"] == 1.0
     assert get_token_reduction(vla) is None
+
+
+# ---------------------------------------------------------------- noise detection
+
+
+def gauges(vision, p10=None, p90=None, **rule):
+    from prismatic_tr.bench.noise import NoiseRule, gauge_rows
+
+    p10 = p10 or [100.0] * len(vision)
+    p90 = p90 or [105.0] * len(vision)
+    return gauge_rows(vision, p10, p90, NoiseRule(**rule))
+
+
+def test_quiet_run_is_not_flagged():
+    """Numbers of the committed quiet run: vision within 1.2 % of the baseline, spread at most 1.06."""
+    out = gauges([758.1, 765.2, 766.7, 756.1, 753.9], p10=[1388.8, 1181.7, 1108.4, 1010.3, 1172.9],
+                 p90=[1437.4, 1255.6, 1154.3, 1059.3, 1209.4])
+    assert [g.noise_flag for g in out] == [False] * 5 and all(g.noise_reason == "" for g in out)
+    assert out[1].vision_vs_baseline == pytest.approx(765.2 / 758.1)
+
+
+@pytest.mark.parametrize(("vision", "flags"), [
+    ([800.0, 838.0, 802.0], [False, False, False]),  # 4.75 % off: inside the 5 % tolerance
+    ([800.0, 842.0, 802.0], [False, True, False]),  # 5.25 % off: one slow row
+    ([800.0, 700.0, 805.0], [False, True, False]),  # a fast row departs too
+    ([1530.0, 800.0, 790.0, 810.0], [True, True, True, True]),  # a slow baseline: every speedup is off
+])
+def test_vision_departure_flags_rows(vision, flags):
+    out = gauges(vision)
+    assert [g.noise_flag for g in out] == flags
+    for g, flag in zip(out, flags, strict=True):
+        assert ("vision" in g.noise_reason) == flag
+    if flags[0]:
+        assert "every speedup is off" in out[0].noise_reason
+
+
+def test_spread_flags_a_row():
+    out = gauges([800.0, 800.0, 800.0], p10=[100.0, 100.0, 100.0], p90=[110.0, 125.0, 119.0])
+    assert [g.noise_flag for g in out] == [False, True, False]
+    assert "p90/p10 1.25" in out[1].noise_reason and out[1].total_spread == pytest.approx(1.25)
+    assert gauges([800.0, 800.0], p90=[105.0, 125.0], spread_limit=1.3)[1].noise_flag is False
+
+
+@pytest.mark.parametrize("rule", [{"vision_tolerance": 0.0}, {"vision_tolerance": 1.5}, {"spread_limit": 1.0}])
+def test_noise_rule_rejects_bad_limits(rule):
+    from prismatic_tr.bench.noise import NoiseRule
+
+    with pytest.raises(ValueError, match=next(iter(rule))):
+        NoiseRule(**rule)
+
+
+def test_injected_slow_baseline_is_flagged(vla, monkeypatch):
+    from prismatic_tr.bench import policy
+    from prismatic_tr.bench.noise import noise_warnings
+
+    monkeypatch.setattr(policy, "PolicyStep", slow_baseline_step(0.25))
+    records = benchmark_token_reduction(vla, make_inputs(vla), methods=["topk_magnitude", "spatial_pool"],
+                                        ratios=[0.5], num_runs=2, warmup=0, progress=False)
+    assert [r["noise_flag"] for r in records] == [True, True, True]
+    assert all(r["vision_vs_baseline"] < 0.5 for r in records[1:])
+    assert "every speedup is off" in records[0]["noise_reason"]
+    lines = noise_warnings(records, [3.5, 2.0, 1.0])
+    assert lines[0].startswith("WARNING: noisy row none") and "3.50 / 2.00 / 1.00" in lines[-2]
+    assert lines[-1].startswith("What to do") and "--num_runs" in lines[-1] and "--strict" in lines[-1]
+    assert noise_warnings([{**r, "noise_flag": False} for r in records]) == []
+
+
+def test_plot_and_table_mark_noisy_rows(run):
+    from prismatic_tr.bench.policy_report import NOISE_LABEL, NOISY_MARK, build_figure
+
+    records = [dict(r, noise_flag=False) for r in run[0]]
+    records[2]["noise_flag"] = True
+    fig = build_figure(records, title="t")
+    try:
+        rings = [line for line in fig.axes[0].get_lines() if line.get_label() == NOISE_LABEL]
+        assert len(rings) == 1 and list(rings[0].get_xdata()) == [records[2]["tokens_kept"]]
+        ticks = [t.get_text() for t in fig.axes[3].get_xticklabels()]
+        assert ticks[2].endswith(NOISY_MARK) and not any(t.endswith(NOISY_MARK) for i, t in enumerate(ticks) if i != 2)
+        assert "NOISY" in fig._suptitle.get_text()
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    rows = format_table(records).splitlines()
+    assert rows[4].rstrip().endswith(NOISY_MARK) and not rows[3].rstrip().endswith(NOISY_MARK)

@@ -124,10 +124,12 @@ def test_topk_adds_few_kernel_ops_and_no_syncs(locs: list[int]) -> None:
     assert find_host_syncs(reduced_model, x) == {}
 
 
-def test_topk_compiles_without_graph_breaks() -> None:
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_topk_compiles_without_graph_breaks(backend: str) -> None:
+    """graph_breaks() really compiles with fullgraph=True and runs the compiled model."""
     from prismatic_tr.bench.profiling import graph_breaks
 
-    breaks, reasons = graph_breaks(_small_vit([1, 3]), torch.randn(1, 3, 64, 64))
+    breaks, reasons = graph_breaks(_small_vit([1, 3]), torch.randn(1, 3, 64, 64), backend=backend)
     assert breaks == 0, reasons
 
 

@@ -13,7 +13,8 @@ from prismatic_tr.bench.ops import find_host_syncs
 from prismatic_tr.llm import prune_index, select_visual, visual_start, visual_token_scores
 from prismatic_tr.models import NativeOpenVLA, build_vla, load_vla
 from prismatic_tr.reducers import num_kept
-from prismatic_tr.vit.shared import gather_patches, reduction_block
+from prismatic_tr.reducers.strategies.selection import gather_rows
+from prismatic_tr.vit.shared import reduction_block
 from prismatic_tr.vla import (
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
@@ -110,7 +111,7 @@ def test_vision_site_keeps_the_same_positions_in_both_towers() -> None:
         for i, block in enumerate(sig.blocks[: len(sig.blocks) - 1]):
             x = block(x)
             if i == blocks[1]:
-                x = gather_patches(x, sig.num_prefix_tokens, idx)
+                x = gather_rows(x, idx, sig.num_prefix_tokens)
     assert torch.equal(out[:, :, vb.featurizer.embed_dim :], x)
 
 

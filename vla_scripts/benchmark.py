@@ -7,13 +7,18 @@ at keep ratios 0.75 / 0.5 / 0.25 (``spatial_pool`` at merge size 2), prints a ta
 
     python vla_scripts/benchmark.py
     python vla_scripts/benchmark.py --preset tiny --num_runs 3
-    python vla_scripts/benchmark.py --methods "[topk_magnitude]" --ratios "[0.5]" --vla_path /path/to/ckpt
+    python vla_scripts/benchmark.py --methods topk_magnitude random --ratios 0.5 --vla_path /path/to/ckpt
 
-List flags take YAML lists: ``--ratios "[0.75,0.5]"``. Bad flags exit with status 2 before any model is built.
+List flags take ``--ratios 0.75 0.5``, ``--ratios 0.75,0.5`` or ``--ratios "[0.75,0.5]"``. Bad flags exit
+with status 2 before any model is built. Rows whose timings the machine disturbed (the vision phase, the
+same work in every row, departs from the baseline's, or a row's runs spread too far; see
+prismatic_tr.bench.noise) are flagged ``noise_flag`` and warned about; with ``--strict`` such a run exits
+with status 3.
 """
 
 import dataclasses
 import datetime
+import json
 import os
 import platform
 import sys
@@ -25,10 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_scripts.cli import EXIT_BAD_INPUT, parse_config_or_exit
+from prismatic_tr.bench.devices import resolve_device
+from prismatic_tr.bench.devices import resolve_dtype as _resolve_dtype
+from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -51,6 +57,7 @@ class BenchmarkConfig:
     instruction: str = "pick up the red block"  # the task text of the prompt
     unnorm_key: str | None = None              # norm_stats key for un-normalising actions (default: the first)
     progress: bool = True                      # progress bar over the sweep
+    strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -60,38 +67,63 @@ class BenchmarkConfig:
         for name, low in (("num_runs", 1), ("warmup", 0), ("batch_size", 1), ("num_threads", 0)):
             if getattr(self, name) < low:
                 raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
-        if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise ValueError(f"--dtype {self.dtype!r} is not allowed; choose auto or one of {sorted(DTYPES)}")
-        resolve_device(self.device)
-        if self.vla_path is not None and not Path(self.vla_path).is_dir():
-            raise ValueError(f"--vla_path {self.vla_path!r} is not a directory; give a checkpoint directory")
-        from prismatic_tr.models.config import PRESETS, VISION_BACKBONE_IDS  # imports transformers: last
+        resolve_dtype(self.dtype)
+        resolve_device(self.device, "--device")
+        # an empty value reaches here as None (draccus 0.8) or "None" (draccus 0.3)
+        if not isinstance(self.instruction, str) or self.instruction.strip() in ("", "None"):
+            raise ValueError("--instruction is empty; give the task text of the prompt")
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
+        model_config = self._model_config()  # before any model is built
+        self._check_against_model(model_config)
 
+    def _model_config(self) -> dict[str, Any]:
+        """The fields of the model's config that flags must agree with: from ``--vla_path``'s config.json,
+        else from ``--preset`` / ``--vision_backbone_id``; ``"source"`` says which."""
+        from prismatic_tr.models.config import (  # imports transformers: after the cheap checks
+            PRESETS,
+            SYNTHETIC_NORM_STATS,
+            VISION_BACKBONE_IDS,
+        )
+
+        if self.vla_path is not None:
+            if self.preset is not None:
+                raise ValueError(f"--preset {self.preset!r} and --vla_path both name a model; pass one of them")
+            path = Path(self.vla_path)
+            if not path.is_dir():
+                raise ValueError(f"--vla_path {self.vla_path!r} is not a directory; give a checkpoint directory")
+            if not (path / "config.json").is_file():
+                raise ValueError(f"--vla_path {self.vla_path!r} has no config.json; it is not a checkpoint directory")
+            try:
+                config = json.loads((path / "config.json").read_text())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--vla_path {self.vla_path!r}: config.json is not valid JSON ({err})") from None
+            return {**config, "source": f"the checkpoint {self.vla_path}"}
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
         if self.vision_backbone_id not in VISION_BACKBONE_IDS:
             raise ValueError(f"--vision_backbone_id {self.vision_backbone_id!r} is not allowed; choose one of "
                              f"{sorted(VISION_BACKBONE_IDS)}")
+        ids, sizes = VISION_BACKBONE_IDS[self.vision_backbone_id]
+        return {"timm_model_ids": list(ids), "image_sizes": list(sizes), "norm_stats": SYNTHETIC_NORM_STATS,
+                "source": self.vision_backbone_id}
 
+    def _check_against_model(self, config: dict[str, Any]) -> None:
+        """Merge size against the patch grid, unnorm_key against the norm_stats (when the config has them)."""
+        from prismatic_tr.bench.policy_settings import POOL_METHOD, check_merge_sizes, grid_from_config
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda if available else cpu; ``ValueError`` for an unknown or unavailable device."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"--device {name!r} is not allowed; use auto, cpu, cuda or cuda:N") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device {name!r} is not allowed; use auto, cpu, cuda or cuda:N")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name!r} asked for CUDA but no CUDA device is available; use --device cpu")
-    return dev
+        grid = grid_from_config(config)
+        if POOL_METHOD in self.methods and grid is not None:
+            check_merge_sizes([self.spatial_merge_size], grid, config["source"])
+        stats = config.get("norm_stats")
+        if self.unnorm_key is not None and isinstance(stats, dict) and self.unnorm_key not in stats:
+            raise ValueError(f"--unnorm_key {self.unnorm_key!r} is not in the norm_stats of {config['source']}; "
+                             f"allowed: {sorted(stats)}")
 
 
 def resolve_dtype(name: str) -> torch.dtype:
-    """``auto`` is bfloat16 on both CPU and GPU (bf16 matmuls run 3-4x faster than fp32 on AMX CPUs)."""
-    return torch.bfloat16 if name == "auto" else DTYPES[name]
+    """``auto`` is bfloat16 on both CPU and GPU (OpenVLA's inference dtype); ``ValueError`` for other names."""
+    return _resolve_dtype(name, "--dtype", auto=torch.bfloat16)
 
 
 def load_model(cfg: BenchmarkConfig, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any, str]:
@@ -125,16 +157,28 @@ def sample_inputs(processor: Any, instruction: str, batch_size: int, image_size:
     return dict(processor([prompt] * batch_size, images, return_tensors="pt"))
 
 
-def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-    """Command, date, machine and settings, stored in results.json."""
+def load_average() -> list[float] | None:
+    """The 1 / 5 / 15-minute load average (``os.getloadavg``), or None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype: torch.dtype,
+                 load_at_start: list[float] | None = None) -> dict[str, Any]:
+    """Command, date, machine (with the load average at start) and settings, stored in results.json."""
     import transformers
+
+    from prismatic_tr.bench.noise import NoiseRule
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
         "command": " ".join(["python", "vla_scripts/benchmark.py", *sys.argv[1:]]),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "gpu": gpu},
+                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "gpu": gpu,
+                    "load_average_at_start": load_at_start},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
         "model": source, "random_weights": cfg.vla_path is None, "device": str(device),
@@ -147,6 +191,8 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
             "ideal_speedup": "Amdahl bound from baseline phases: projector x K/N, prefill x (T+K)/(T+N), "
                              "vision and decode unchanged, reducer free",
             "fidelity": "against the unreduced model on the same inputs (generate / predict_action)",
+            "noise_flag": NoiseRule().describe() + " (prismatic_tr.bench.noise)",
+            "load_average_at_start": "os.getloadavg() (1, 5, 15 min) when the command started",
         },
     }
 
@@ -172,24 +218,25 @@ def headline(records: list[dict]) -> str:
             f"  {r['method']:>15} keep {r['reduction_ratio']:.3g}: speedup {r['speedup']:.3f} of ideal "
             f"{r['ideal_speedup']:.3f} (efficiency {r['efficiency']:.2f}); prefill {r['prefill_speedup']:.3f} of "
             f"{r['prefill_ideal_speedup']:.3f} ({r['prefill_efficiency']:.2f}); reducer "
-            f"{r['reducer_pct_of_vision']:.2f}% of vision"
+            f"{r['reducer_pct_of_vision']:.2f}% of vision" + ("  [NOISY: not a result]" if r.get("noise_flag") else "")
         )
     return "\n".join(lines)
 
 
 def main(cfg: BenchmarkConfig) -> list[dict]:
     """Build or load the model, benchmark every setting, print the table and write the three files."""
+    from prismatic_tr.bench.noise import NoiseRule, noise_warnings
     from prismatic_tr.bench.policy import benchmark_token_reduction
     from prismatic_tr.bench.policy_report import format_table
 
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), load_average()
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
     vla, processor, source = load_model(cfg, device, dtype)
     image_size = int(getattr(getattr(vla, "config", None), "image_sizes", [224])[0])
     inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed)
-    meta = run_metadata(cfg, source, device, dtype)
+    meta = run_metadata(cfg, source, device, dtype, load_at_start)
     print(f"model: {source} | device {device} | dtype {meta['dtype']} | batch {cfg.batch_size}")
     if meta["random_weights"]:
         print("NOTE: the weights are RANDOM. Latencies are real; fidelity numbers (agreement, action error, KL) "
@@ -202,16 +249,23 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     print("latencies: medians in ms; speedup = baseline total / total (same run, interleaved); ideal = Amdahl "
           "bound; MACs per step; peak MB only on CUDA")
     print(headline(records))
+    warnings = noise_warnings(records, load_at_start)
+    print("\n".join(warnings) if warnings else "noise: no row flagged (" + NoiseRule().describe() + ")")
     meta["wall_s"] = round(time.perf_counter() - start, 1)
+    meta["noisy_rows"] = sum(bool(r["noise_flag"]) for r in records)
     for path in write_outputs(records, meta, cfg.output_dir):
         print(f"wrote {path}")
     print(f"finished in {meta['wall_s']:.0f} s")
+    if cfg.strict and warnings:
+        print(f"benchmark.py: --strict: {meta['noisy_rows']} noisy rows; exiting with status {EXIT_NOISY}",
+              file=sys.stderr)
+        raise SystemExit(EXIT_NOISY)
     return records
 
 
 def parse_config(args: list[str] | None = None) -> BenchmarkConfig:
     """Parse flags; on a bad value print ``benchmark.py: error: ...`` and exit with status 2."""
-    return parse_config_or_exit(BenchmarkConfig, args, "benchmark.py")
+    return parse_config_or_exit(BenchmarkConfig, args, "benchmark.py", description=__doc__)
 
 
 if __name__ == "__main__":

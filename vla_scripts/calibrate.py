@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 
 from prismatic_tr.bench.breakeven import default_profile_path, write_profile
-from prismatic_tr.bench.speed import DTYPES
+from prismatic_tr.bench.devices import DTYPES, device_type
 from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, run_sweep
+from vla_scripts.cli import parse_args, set_threads
 from vla_scripts.speed_test import add_flag
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="calibrate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flag(p, "model", default="topk_deit_base_patch16_224", help="timm name with a method prefix")
     add_flag(p, "keep_rate", type=float, default=0.1)
     add_flag(p, "reduction_loc", type=int, nargs="+", default=[3, 6, 9])
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(p, "dtype", default="float32", choices=sorted(DTYPES))
     add_flag(p, "compile", action="store_true")
     add_flag(p, "cuda_graph", action="store_true")
+    add_flag(p, "threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     add_flag(p, "out", type=Path, default=None, help="profile path (default ~/.cache/prismatic_tr/calibration_<device>.json)")
     add_flag(p, "no_progress", action="store_true")
     return p
@@ -52,13 +54,17 @@ def _device_name(device: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
+    set_threads(parser, args.threads)
     try:
         cfg = SweepConfig(model=args.model, keep_rate=args.keep_rate, reduction_loc=args.reduction_loc,
                           input_sizes=args.input_sizes, batch_sizes=args.batch_sizes, warmup=args.warmup,
                           repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                           cuda_graph=args.cuda_graph)
-        out = args.out or default_profile_path(torch.device(cfg.device).type)
+        cfg.check_models()  # meta parameters: a bad name or reduction setting fails before a real build
+        out = args.out or default_profile_path(device_type(cfg.device))
+        if out.is_dir():
+            raise ValueError(f"--out {str(out)!r} is a directory; give the profile's file path")
         rows = run_sweep(cfg, csv_path=out.with_name(out.name + ".sweep.csv"), progress=not args.no_progress)
         write_profile(rows, out, device_name=_device_name(cfg.device),
                       extra={"keep_rate": cfg.keep_rate, "reduction_loc": cfg.reduction_loc})

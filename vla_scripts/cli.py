@@ -1,14 +1,24 @@
-"""What the command-line programs share: draccus parsing with clear errors, and thread settings."""
+"""What the command-line programs share: draccus parsing with clear errors and a description in ``--help``,
+one spelling rule for list flags, exit statuses, and thread settings.
+
+List flags take any of ``--methods a b``, ``--methods a,b``, ``--methods=a,b`` and the YAML list
+``--methods "[a,b]"``: :func:`normalize_list_flags` rewrites the first three into the form the parser
+expects (a YAML list for draccus, separate words for argparse ``nargs="+"``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Sequence
-from typing import TypeVar
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2  # a flag or input was rejected before any work
+EXIT_NOISY = 3  # benchmark.py --strict: the run finished but rows were flagged as noisy
 
 
 def value_error_in(exc: BaseException) -> ValueError | None:
@@ -19,12 +29,120 @@ def value_error_in(exc: BaseException) -> ValueError | None:
     return cause
 
 
-def parse_config(config_class: type[T], args: Sequence[str] | None) -> T:
-    """Parse flags into ``config_class``; any bad value comes out as a ``ValueError`` saying what is wrong."""
-    import draccus
+# ---------------------------------------------------------------- list flags
 
+
+def split_list_values(tokens: Sequence[str]) -> list[str]:
+    """The items of a list flag: separate words, comma-separated words, or one YAML list (``"[a, b]"``)."""
+    if len(tokens) == 1 and tokens[0].strip().startswith("["):
+        import yaml
+
+        try:
+            parsed = yaml.safe_load(tokens[0])
+        except yaml.YAMLError as err:
+            raise ValueError(f"{tokens[0]!r} is not a YAML list: {err}") from None
+        if not isinstance(parsed, list):
+            raise ValueError(f"{tokens[0]!r} is not a YAML list")
+        return [str(v) for v in parsed]
+    return [piece.strip() for token in tokens for piece in token.split(",") if piece.strip()]
+
+
+def _is_flag(token: str) -> bool:
+    if not token.startswith("-") or token == "-":
+        return False
     try:
-        return draccus.parse(config_class=config_class, args=list(args) if args is not None else None)
+        float(token)  # a negative number is a value, not a flag
+    except ValueError:
+        return True
+    return False
+
+
+def normalize_list_flags(argv: Sequence[str], list_flags: Iterable[str],
+                         style: Literal["yaml", "words"] = "yaml") -> list[str]:
+    """Rewrite the values of every ``--<name>`` in ``list_flags`` (names without dashes) into one spelling.
+
+    ``style="yaml"``: one token ``[a,b]`` (draccus); ``style="words"``: separate tokens (argparse ``nargs``).
+    A flag given without any value is left alone for the parser to report.
+    """
+    names = set(list_flags)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        flag, eq, inline = token.partition("=")
+        if not (flag.startswith("--") and flag[2:] in names):
+            out.append(token)
+            i += 1
+            continue
+        values = [inline] if eq else []
+        i += 1
+        if not eq:
+            while i < len(argv) and not _is_flag(argv[i]):
+                values.append(argv[i])
+                i += 1
+        if not values:
+            out.append(flag)
+            continue
+        items = split_list_values(values)
+        out += [flag, "[" + ",".join(items) + "]"] if style == "yaml" else [flag, *items]
+    return out
+
+
+def _is_list_type(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list_type(arg) for arg in typing.get_args(tp))
+    return False
+
+
+def list_fields(config_class: type, prefix: str = "") -> list[str]:
+    """Dotted names of the list-typed fields of a config dataclass, nested dataclasses included."""
+    hints = typing.get_type_hints(config_class)
+    names: list[str] = []
+    for f in dataclasses.fields(config_class):
+        tp = hints.get(f.name, f.type)
+        if _is_list_type(tp):
+            names.append(prefix + f.name)
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            names += list_fields(tp, prefix + f.name + ".")
+    return names
+
+
+# ---------------------------------------------------------------- draccus
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description (a script's docstring) as written."""
+
+
+def _draccus_parser(config_class: type, prog: str | None, description: str | None) -> Any:
+    from draccus.argparsing import ArgumentParser
+    from draccus.help_formatter import SimpleHelpFormatter
+
+    formatter = type("ScriptHelpFormatter", (_HelpFormatter, SimpleHelpFormatter), {})
+    parser = ArgumentParser(config_class=config_class, formatter_class=formatter, prog=prog,
+                                    description=description)
+    # draccus 0.8 adds "--<nested>" (config file of a nested dataclass) twice; argparse keeps only the last
+    # for parsing but both in the help. Show each option once: only what the parser really uses.
+    inner = parser.parser
+    for group in inner._action_groups:
+        group._group_actions = [a for a in group._group_actions if a in inner._actions]
+    return parser
+
+
+def parse_config(config_class: type[T], args: Sequence[str] | None, prog: str | None = None,
+                 description: str | None = None) -> T:
+    """Parse flags into ``config_class``; any bad value comes out as a ``ValueError`` saying what is wrong.
+
+    List fields accept every spelling of :func:`normalize_list_flags`; ``--help`` shows ``description``.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    argv = normalize_list_flags(argv, list_fields(config_class), style="yaml")
+    parser = _draccus_parser(config_class, prog, description)
+    try:
+        return parser.parse_args(argv)
     except ValueError:
         raise
     except Exception as exc:  # draccus' own errors wrap the ValueError of __post_init__
@@ -32,13 +150,35 @@ def parse_config(config_class: type[T], args: Sequence[str] | None) -> T:
         raise (inner if inner is not None else ValueError(str(exc))) from None
 
 
-def parse_config_or_exit(config_class: type[T], args: Sequence[str] | None, prog: str) -> T:
+def report_bad_input(prog: str, err: BaseException) -> int:
+    """Print ``{prog}: error: {err}`` to stderr and return :data:`EXIT_BAD_INPUT`."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def parse_config_or_exit(config_class: type[T], args: Sequence[str] | None, prog: str,
+                         description: str | None = None) -> T:
     """:func:`parse_config`, printing ``{prog}: error: ...`` and exiting with status 2 on a bad value."""
     try:
-        return parse_config(config_class, args)
+        return parse_config(config_class, args, prog, description)
     except ValueError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT) from None
+        raise SystemExit(report_bad_input(prog, err)) from None
+
+
+# ---------------------------------------------------------------- argparse
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args`` after :func:`normalize_list_flags` on every ``nargs="+"/"*"`` flag; a bad list
+    value is a parser error (exit 2)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = [opt[2:] for a in parser._actions if a.nargs in ("+", "*") for opt in a.option_strings
+             if opt.startswith("--")]
+    try:
+        argv = normalize_list_flags(argv, names, style="words")
+    except ValueError as err:
+        parser.error(str(err))
+    return parser.parse_args(argv)
 
 
 def set_threads(parser: argparse.ArgumentParser, threads: int | None) -> None:

@@ -1,20 +1,26 @@
 """Fidelity of in-backbone token reduction on a timm ViT: sweep methods x keep rates, plot against GMACs.
 
     python vla_scripts/eval_vit.py                                   # DeiT-S, random weights, generated images
-    python vla_scripts/eval_vit.py --model vit_small_patch14_reg4_dinov2 --keep_rates "[0.7,0.5]"
+    python vla_scripts/eval_vit.py --model vit_small_patch14_reg4_dinov2 --keep_rates 0.7 0.5
     python vla_scripts/eval_vit.py --data_dir /data/imagenet/val --pretrained true --num_images 2000
 
 Every method reduces at ``--reduction_loc`` (default EViT's [3, 6, 9] scaled to the depth) keeping
 ``keep_rate`` of the patch tokens per location (tome / hquota_ff merge the rest, at most half per block);
 ``--tome_r`` adds ToMe's own constant-r settings. Writes ``results.csv``, ``results.json`` and
 ``results.png`` (agreement and KL against GMACs per image) to ``--output_dir``. Without ``--data_dir``
-the images are uniform noise from ``--seed`` (no labels, so no accuracy). Bad flags exit with status 2.
+the images are uniform noise from ``--seed`` (no labels, so no accuracy).
+
+Timing (``batch_ms``): after ``--warmup`` untimed forwards of one batch per setting, ``--timing_runs``
+timed forwards per setting, all settings interleaved (baseline included); the median, p10 and p90 are
+reported, and ``speedup`` = baseline median / setting median. The fidelity pass is not timed.
+List flags take ``--keep_rates 0.7 0.5``, ``--keep_rates 0.7,0.5`` or ``--keep_rates "[0.7,0.5]"``.
+Bad flags exit with status 2 before any model is built.
 """
 
 import csv
 import json
 import platform
-import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +28,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from prismatic_tr.bench.devices import resolve_device
 from vla_scripts.cli import parse_config_or_exit
 
 FIELDS = ["method", "keep_rate", "r", "tokens_out", "gmacs", "top1_agreement", "kl_divergence", "margin_change",
-          "linear_cka", "top1_accuracy", "top1_accuracy_baseline", "seconds", "num_samples"]
+          "linear_cka", "top1_accuracy", "top1_accuracy_baseline", "batch_ms", "batch_ms_p10", "batch_ms_p90",
+          "speedup", "num_samples"]
 
 
 @dataclass
@@ -42,6 +50,8 @@ class EvalVitConfig:
     img_size: int | None = None               # input side in pixels (timm img_size; default: the model's own)
     pretrained: bool = False                  # load timm weights (needs the model hub)
     device: str = "auto"                      # auto | cpu | cuda | cuda:N
+    warmup: int = 2                           # untimed forwards of one batch per setting before timing
+    timing_runs: int = 5                      # timed forwards of one batch per setting (interleaved; median)
     output_dir: Path = Path("outputs/eval_vit")  # where results.csv / .json / .png go
     seed: int = 0                             # weights (when not pretrained) and generated images
     progress: bool = True                     # tqdm progress bar over the settings
@@ -59,28 +69,41 @@ class EvalVitConfig:
                 VitReductionConfig(method=method, keep_rate=rate, reduction_loc=self.reduction_loc)
         for r in self.tome_r:
             VitReductionConfig(method="tome", r=r)
-        for name in ("num_images", "batch_size", "img_size"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= 1")
+        for name, low in (("num_images", 1), ("batch_size", 1), ("img_size", 1), ("warmup", 0), ("timing_runs", 1)):
+            if getattr(self, name) is not None and getattr(self, name) < low:
+                raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
+        if self.data_dir is not None and not Path(self.data_dir).is_dir():
+            raise ValueError(f"--data_dir {str(self.data_dir)!r} is not a directory; give an ImageFolder root")
+        resolve_device(self.device, "--device")
+        depth, tokens, prefix = _geometry(self.model, self.img_size)
         if self.reduction_loc is not None:
-            depth = _depth(self.model)
             bad = [i for i in self.reduction_loc if not 0 <= i < depth]
             if bad:
                 raise ValueError(f"--reduction_loc entries {bad} are outside {self.model}'s depth; allowed 0..{depth - 1}")
-        if self.data_dir is not None and not Path(self.data_dir).is_dir():
-            raise ValueError(f"--data_dir {str(self.data_dir)!r} is not a directory; give an ImageFolder root")
-        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"--device {self.device!r} is not allowed; use auto, cpu, cuda or cuda:N")
+        for r in self.tome_r:
+            VitReductionConfig(method="tome", r=r).check_r_allowed(tokens, prefix, depth)
 
 
-def _depth(name: str) -> int:
-    """Number of blocks of timm model ``name``, built without weights on the meta device."""
+def _geometry(name: str, img_size: int | None) -> tuple[int, int, int]:
+    """(blocks, tokens entering the first block, prefix tokens) of timm model ``name``, built without
+    weights on the meta device."""
     import timm
 
     from prismatic_tr.bench.flops import empty_weights
 
-    with empty_weights():
-        return len(timm.create_model(name, pretrained=False).blocks)
+    extra = {} if img_size is None else {"img_size": img_size}
+    try:
+        with empty_weights():
+            model = timm.create_model(name, pretrained=False, **extra)
+        prefix, patches = int(getattr(model, "num_prefix_tokens", 0)), int(model.patch_embed.num_patches)
+        depth = len(model.blocks)
+    except AttributeError:
+        raise ValueError(f"--model {name!r} is not a timm ViT (no patch_embed / blocks)") from None
+    except (RuntimeError, TypeError, AssertionError) as err:
+        raise ValueError(f"--model {name!r} cannot be built with --img_size {img_size}: {err}") from None
+    if patches < 1:
+        raise ValueError(f"--img_size {img_size} gives {name} no patch tokens; use a larger size")
+    return depth, patches + prefix, prefix
 
 
 def build_dataset(cfg: EvalVitConfig, model: torch.nn.Module) -> Dataset:
@@ -111,24 +134,47 @@ def settings(cfg: EvalVitConfig) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate_setting(model: torch.nn.Module, setting: dict[str, Any], cfg: EvalVitConfig, loader: DataLoader,
-                     example: torch.Tensor, base: Any) -> dict[str, Any]:
-    """Attach one setting, measure fidelity against ``base`` outputs and GMACs per image, detach."""
-    from prismatic_tr.bench.flops import count_macs
-    from prismatic_tr.eval import collect_outputs, fidelity_from_outputs
+def attach(model: torch.nn.Module, setting: dict[str, Any], cfg: EvalVitConfig) -> Any:
+    """A context manager holding ``setting``'s reduction on ``model`` (nothing for the baseline)."""
     from prismatic_tr.vit import apply_vit_reduction
 
+    if setting["method"] == "none":
+        return nullcontext()
     kwargs = {"r": setting["r"]} if setting["r"] is not None else {"keep_rate": setting["keep_rate"],
                                                                     "reduction_loc": cfg.reduction_loc}
-    with apply_vit_reduction(model, setting["method"], **kwargs):
-        start = time.perf_counter()
+    return apply_vit_reduction(model, setting["method"], **kwargs)
+
+
+def evaluate_setting(model: torch.nn.Module, setting: dict[str, Any], cfg: EvalVitConfig, loader: DataLoader,
+                     example: torch.Tensor, base: Any) -> tuple[dict[str, Any], Any]:
+    """Attach one setting, measure fidelity against ``base`` outputs (its own outputs when ``base`` is
+    None: the baseline) and tokens and GMACs per image, detach; returns (row, outputs). Untimed."""
+    from prismatic_tr.bench.flops import count_macs
+    from prismatic_tr.eval import collect_outputs, fidelity_from_outputs
+
+    with attach(model, setting, cfg):
         outs = collect_outputs(model, loader, example.device)
-        seconds = time.perf_counter() - start
         with torch.no_grad():
             macs = count_macs(model, example[:1])
             tokens = model.forward_features(example[:1]).shape[1]
-    row = {**setting, "tokens_out": tokens, "gmacs": macs / 1e9, "seconds": seconds}
-    return {**row, **fidelity_from_outputs(base, outs)}
+    row = {**setting, "tokens_out": tokens, "gmacs": macs / 1e9}
+    return {**row, **fidelity_from_outputs(outs if base is None else base, outs)}, outs
+
+
+def time_settings(model: torch.nn.Module, setting_list: list[dict[str, Any]], cfg: EvalVitConfig,
+                  example: torch.Tensor) -> list[dict[str, float]]:
+    """Warm, interleaved timing of one batch forward per setting: ``batch_ms`` (median), p10, p90, and
+    ``speedup`` against the first (baseline) setting. Attaching a setting is outside the timed region."""
+    from prismatic_tr.bench.timing import interleaved
+
+    names = [f"{i}" for i in range(len(setting_list))]
+    with torch.no_grad():
+        contexts = {n: (lambda s=s: attach(model, s, cfg)) for n, s in zip(names, setting_list, strict=True)}
+        stats = interleaved({n: (lambda: model(example)) for n in names}, warmup=cfg.warmup,
+                            repeats=cfg.timing_runs, device=example.device, contexts=contexts)
+    base = stats[names[0]].median_ms
+    return [{"batch_ms": stats[n].median_ms, "batch_ms_p10": stats[n].p10_ms, "batch_ms_p90": stats[n].p90_ms,
+             "speedup": base / stats[n].median_ms} for n in names]
 
 
 def run_sweep(cfg: EvalVitConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -136,24 +182,19 @@ def run_sweep(cfg: EvalVitConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]
     import timm
     from tqdm.auto import tqdm
 
-    from prismatic_tr.bench.flops import count_macs
-    from prismatic_tr.eval import collect_outputs, fidelity_from_outputs
-
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
+    device = resolve_device(cfg.device, "--device")
     torch.manual_seed(cfg.seed)
     extra = {} if cfg.img_size is None else {"img_size": cfg.img_size}
     model = timm.create_model(cfg.model, pretrained=cfg.pretrained, **extra).to(device).eval()
     loader = DataLoader(build_dataset(cfg, model), batch_size=cfg.batch_size, shuffle=False)
     example = next(iter(loader))[0].to(device)
-    start = time.perf_counter()
-    base = collect_outputs(model, loader, device)
-    base_row = {**settings(cfg)[0], "tokens_out": model.forward_features(example[:1]).shape[1],
-                "gmacs": count_macs(model, example[:1]) / 1e9, "seconds": time.perf_counter() - start,
-                **fidelity_from_outputs(base, base)}
+    sweep = settings(cfg)
+    base_row, base = evaluate_setting(model, sweep[0], cfg, loader, example, None)
     rows = [base_row]
-    for setting in tqdm(settings(cfg)[1:], desc="settings", disable=not cfg.progress):
-        rows.append(evaluate_setting(model, setting, cfg, loader, example, base))
+    for setting in tqdm(sweep[1:], desc="settings", disable=not cfg.progress):
+        rows.append(evaluate_setting(model, setting, cfg, loader, example, base)[0])
+    for row, timing in zip(rows, time_settings(model, sweep, cfg, example), strict=True):
+        row.update(timing)
     meta = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
             "device": str(device), "torch": torch.__version__, "timm": timm.__version__,
             "python": platform.python_version(), "random_weights": not cfg.pretrained,
@@ -205,11 +246,15 @@ def main(cfg: EvalVitConfig) -> list[dict[str, Any]]:
     rows, meta = run_sweep(cfg)
     if meta["random_weights"]:
         print("NOTE: random weights (no --pretrained): fidelity numbers only show that the machinery works.")
-    print(f"{'method':>10} {'keep':>5} {'r':>4} {'tokens':>6} {'GMACs':>7} {'agree':>6} {'KL':>8} {'margin':>8} {'CKA':>6}")
+    print(f"{'method':>10} {'keep':>5} {'r':>4} {'tokens':>6} {'GMACs':>7} {'agree':>6} {'KL':>8} {'margin':>8} "
+          f"{'CKA':>6} {'batch ms':>9} {'speedup':>7}")
     for r in rows:
         print(f"{r['method']:>10} {r['keep_rate'] if r['keep_rate'] is not None else '-':>5} "
               f"{r['r'] if r['r'] is not None else '-':>4} {r['tokens_out']:>6} {r['gmacs']:>7.3f} "
-              f"{r['top1_agreement']:>6.3f} {r['kl_divergence']:>8.4f} {r['margin_change']:>8.3f} {r['linear_cka']:>6.3f}")
+              f"{r['top1_agreement']:>6.3f} {r['kl_divergence']:>8.4f} {r['margin_change']:>8.3f} {r['linear_cka']:>6.3f} "
+              f"{r['batch_ms']:>9.2f} {r['speedup']:>7.3f}")
+    print(f"batch ms: median of {cfg.timing_runs} warm forwards of one batch of {cfg.batch_size}, settings "
+          f"interleaved; speedup against the unreduced model")
     for path in write_outputs(rows, meta, cfg.output_dir):
         print(f"wrote {path}")
     return rows
@@ -217,7 +262,7 @@ def main(cfg: EvalVitConfig) -> list[dict[str, Any]]:
 
 def parse_config(args: list[str] | None = None) -> EvalVitConfig:
     """Parse flags; on a bad value print ``eval_vit.py: error: ...`` and exit with status 2."""
-    return parse_config_or_exit(EvalVitConfig, args, "eval_vit.py")
+    return parse_config_or_exit(EvalVitConfig, args, "eval_vit.py", description=__doc__)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
     torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
 
 Every check (arguments, dataset directory / split / keys, vla_path, batch size, quantization) runs before
-training; a failure prints ``error: <reason>`` and exits with status 2. Checkpoints go to
+training; a failure prints ``finetune.py: error: <reason>`` and exits with status 2. Checkpoints go to
 ``<run_root_dir>/<exp_id>/checkpoints/{latest|step_N}``; load one with ``prismatic_tr.models.load_vla`` and
 re-apply its reduction with ``prismatic_tr.vla.apply_token_reduction_from_config``.
 """
@@ -19,14 +19,14 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (torch before tensorflow, always)
 
 from prismatic_tr.training import FinetuneConfig, finetune
-from vla_scripts.cli import parse_config
+from vla_scripts.cli import parse_config, report_bad_input
 
-EXIT_BAD_INPUT = 2
+PROG = "finetune.py"
 
 
 def parse(argv: Sequence[str] | None) -> FinetuneConfig:
     """Parse the command line into a validated FinetuneConfig (ValueError on bad values)."""
-    return parse_config(FinetuneConfig, argv)
+    return parse_config(FinetuneConfig, argv, prog=PROG, description=__doc__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,8 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = parse(argv)
         result = finetune(cfg)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return report_bad_input(PROG, err)
     if result.last_checkpoint is not None:
         print(f"checkpoint: {result.last_checkpoint}")
     return 0

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
-from prismatic_tr.bench.speed import CSV_HEADER, DTYPES, SpeedConfig, format_csv, run_speed_test
-from vla_scripts.cli import set_threads
+from prismatic_tr.bench.devices import DTYPES
+from prismatic_tr.bench.speed import CSV_HEADER, SpeedConfig, format_csv, run_speed_test
+from vla_scripts.cli import parse_args, set_threads
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
@@ -30,7 +31,7 @@ def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="speed_test.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flag(p, "model", default="deit_base_patch16_224", help="timm name, optionally with a method prefix (topk_, tome_, hquota_ff_)")
     add_flag(p, "input-size", type=int, default=224, help="square input side in pixels")
     add_flag(p, "batch-size", type=int, default=1)
@@ -92,10 +93,11 @@ def profile_line(cfg: SpeedConfig) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     set_threads(parser, args.threads)
     try:
         cfg = config_from_args(args)
+        cfg.check_model()  # meta parameters: a bad name or reduction setting fails before a real build
         row = run_speed_test(cfg)
     except ValueError as err:
         parser.error(str(err))  # exits with status 2

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from prismatic_tr.bench.speed import DTYPES
+from prismatic_tr.bench.devices import DTYPES
 from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
-from vla_scripts.cli import set_threads
+from vla_scripts.cli import parse_args, set_threads
 from vla_scripts.speed_test import add_flag
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flag(p, "model", default="topk_deit_base_patch16_224", help="timm name with a method prefix")
     add_flag(p, "keep_rate", type=float, default=None, help="default 0.1 unless --r is given")
     add_flag(p, "reduction_loc", type=int, nargs="+", default=None, help="default 3 6 9 with --keep_rate")
@@ -58,11 +58,14 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     set_threads(parser, args.threads)
     try:
         cfg = config_from_args(args)
+        cfg.check_models()  # meta parameters: a bad name or reduction setting fails before a real build
         out = args.out_dir or Path("benchmarks/results/vit") / f"sweep_{cfg.model}_{cfg.device}_{cfg.mode}"
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out_dir {str(out)!r} is a file; give a directory")
         rows = run_sweep(cfg, csv_path=out / "sweep.csv", progress=not args.no_progress)
     except ValueError as err:
         parser.error(str(err))

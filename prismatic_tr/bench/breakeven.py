@@ -10,11 +10,19 @@ Prediction from a profile: take the calibrated entries of the device type (those
 if there are any, else all, by token count); keep the batch size nearest in log2; interpolate the measured
 speedup linearly in log(tokens) (clamped to the end points); use reduction when it exceeds ``1 + margin``.
 
-Documented default without a profile (``source == "default"``, and the reason says so): on CUDA use
-reduction iff the backbone sees at least ``DEFAULT_BREAK_EVEN_TOKENS["cuda"] = 400`` tokens - the DeiT-B
-study lost at 197 tokens (224 px, every batch size) and won 2.2x at 785 (448 px); 400 is near their
-geometric mean. On a CPU, which is compute-bound and launch cost is small, use it from
-``DEFAULT_BREAK_EVEN_TOKENS["cpu"] = 100`` tokens (measured: see benchmarks/results/vit/README.md).
+Default without a profile (``source == "default"``; the reason says so and where the threshold comes from,
+``Decision.default_basis``): reduce iff the backbone sees at least ``DEFAULT_RULES[device_type].min_tokens``
+tokens. Neither threshold is a break-even point measured on your device:
+
+* ``cpu``: 197 tokens, the smallest input measured in this repository. DeiT-B/16 with TopK keep 0.1 at
+  blocks 3/6/9 (fp32, one 2-core CPU) was 1.4-3.2x faster at every measured point, 197 and 785 tokens,
+  batch 1-4, 1-2 threads (``benchmarks/results/vit/sweep_cpu_fp32_*/sweep.csv``, written by
+  ``vla_scripts/sweep.py`` with the commands listed in ``benchmarks/results/vit/README.md``). No
+  break-even was found; below 197 tokens nothing was measured, so the default does not reduce there.
+* ``cuda`` (and any other accelerator): 400 tokens, NOT measured here. From the earlier DeiT-B study on an
+  RTX 2080 Ti (TopK keep 0.1 at blocks 3/6/9; someone else's figures, not in this repository and not
+  reproduced): 10-16 % slower at 197 tokens (224 px), 2.2x faster at 785 tokens (448 px); 400 lies between,
+  near their geometric mean (393).
 
 Profile lookup order: ``profile_path`` argument, ``$PRISMATIC_TR_CALIBRATION``, then
 ``~/.cache/prismatic_tr/calibration_<device type>.json``.
@@ -33,8 +41,29 @@ from typing import Any
 
 import torch
 
+from prismatic_tr.bench.devices import device_type
+
 PROFILE_FORMAT = "prismatic_tr.calibration/1"
-DEFAULT_BREAK_EVEN_TOKENS: dict[str, int] = {"cuda": 400, "cpu": 100}
+
+
+@dataclass(frozen=True)
+class DefaultRule:
+    """Reduce iff tokens >= ``min_tokens``; ``basis`` says where the threshold comes from (see module doc)."""
+
+    min_tokens: int
+    measured_here: bool
+    basis: str
+
+
+DEFAULT_RULES: dict[str, DefaultRule] = {
+    "cpu": DefaultRule(197, True, "measured in this repository, on one 2-core CPU with DeiT-B/16 TopK keep 0.1 "
+                                  "(benchmarks/results/vit/): reduction paid at every measured size, the smallest "
+                                  "being 197 tokens; smaller inputs were not measured"),
+    "cuda": DefaultRule(400, False, "NOT measured here: from the earlier DeiT-B study on an RTX 2080 Ti "
+                                    "(10-16% slower at 197 tokens, 2.2x faster at 785), not reproduced in this "
+                                    "repository"),
+}
+DEFAULT_BREAK_EVEN_TOKENS: dict[str, int] = {k: rule.min_tokens for k, rule in DEFAULT_RULES.items()}
 DEFAULT_MARGIN = 0.02
 ENV_VAR = "PRISMATIC_TR_CALIBRATION"
 
@@ -50,6 +79,7 @@ class Decision:
     tokens: int
     device_type: str
     profile_path: str | None = None
+    default_basis: str | None = None  # with source "default": where its threshold comes from
 
     def __bool__(self) -> bool:
         return self.use_reduction
@@ -58,15 +88,6 @@ class Decision:
 def default_profile_path(device_type: str) -> Path:
     """``~/.cache/prismatic_tr/calibration_<device_type>.json``."""
     return Path.home() / ".cache" / "prismatic_tr" / f"calibration_{device_type}.json"
-
-
-def _device_type(device: torch.device | str | None) -> str:
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        return torch.device(device).type
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a valid torch device") from err
 
 
 def count_tokens(model_name: str, input_size: int) -> int:
@@ -106,7 +127,7 @@ def write_profile(rows: list[dict[str, Any]], path: Path, device_name: str = "",
                 "batch_size": int(r["batch_size"]), "tokens": int(r["tokens"]), "speedup": float(r["speedup"]),
                 "flop_ratio": float(r["flop_ratio"]), "dtype": str(r["dtype"]), "mode": str(r["mode"])}
                for r in rows]
-    profile = {"format": PROFILE_FORMAT, "device_type": _device_type(str(rows[0]["device"])),
+    profile = {"format": PROFILE_FORMAT, "device_type": device_type(str(rows[0]["device"])),
                "device_name": device_name, "torch": torch.__version__,
                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {}), "entries": entries}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,19 +161,21 @@ def predict_speedup(entries: list[dict[str, Any]], tokens: int, batch_size: int)
     return pts[-1][1]  # unreachable: tokens lies within the sorted range
 
 
-def _resolve(profile_path: str | Path | None, device_type: str) -> Path:
+def _resolve(profile_path: str | Path | None, dev_type: str) -> Path:
     if profile_path is not None:
         return Path(profile_path)
     env = os.environ.get(ENV_VAR)
-    return Path(env) if env else default_profile_path(device_type)
+    return Path(env) if env else default_profile_path(dev_type)
 
 
-def _default(tokens: int, device_type: str, why: str) -> Decision:
-    threshold = DEFAULT_BREAK_EVEN_TOKENS.get(device_type, DEFAULT_BREAK_EVEN_TOKENS["cuda"])
-    use = tokens >= threshold
-    reason = (f"{why}; using the documented default for {device_type}: reduce iff tokens >= {threshold} "
-              f"({tokens} tokens -> {'reduce' if use else 'do not reduce'}); run vla_scripts/calibrate.py")
-    return Decision(use, None, "default", reason, tokens, device_type)
+def _default(tokens: int, dev_type: str, why: str) -> Decision:
+    rule = DEFAULT_RULES.get(dev_type, DEFAULT_RULES["cuda"])
+    basis = rule.basis if dev_type in DEFAULT_RULES else f"no default for {dev_type}; the CUDA one, {rule.basis}"
+    use = tokens >= rule.min_tokens
+    reason = (f"{why}; using the default for {dev_type}: reduce iff tokens >= {rule.min_tokens} ({basis}) "
+              f"-> {tokens} tokens: {'reduce' if use else 'do not reduce'}; measure this device with "
+              f"vla_scripts/calibrate.py")
+    return Decision(use, None, "default", reason, tokens, dev_type, default_basis=basis)
 
 
 def should_use_token_reduction(model_name: str, input_size: int, batch_size: int,
@@ -161,14 +184,14 @@ def should_use_token_reduction(model_name: str, input_size: int, batch_size: int
     """Decide from the device's calibration profile, or the documented default without one (see module doc)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
-    device_type = _device_type(device)
+    dev_type = device_type(device)
     tokens = count_tokens(model_name, input_size)
-    path = _resolve(profile_path, device_type)
+    path = _resolve(profile_path, dev_type)
     if not path.exists():
-        return _default(tokens, device_type, f"no calibration profile at {path}")
+        return _default(tokens, dev_type, f"no calibration profile at {path}")
     profile = load_profile(path)
-    if profile.get("device_type") != device_type:
-        return _default(tokens, device_type, f"profile {path} is for {profile.get('device_type')}, not {device_type}")
+    if profile.get("device_type") != dev_type:
+        return _default(tokens, dev_type, f"profile {path} is for {profile.get('device_type')}, not {dev_type}")
     from prismatic_tr.vit import split_method
 
     base = split_method(model_name)[1]
@@ -177,9 +200,9 @@ def should_use_token_reduction(model_name: str, input_size: int, batch_size: int
     speedup = predict_speedup(entries, tokens, batch_size)
     scope = base if same else f"other models ({', '.join(sorted({e['model'] for e in entries}))}) by token count"
     use = speedup > 1.0 + margin
-    reason = (f"profile {path} ({profile.get('device_name') or device_type}, {scope}): predicted speedup "
+    reason = (f"profile {path} ({profile.get('device_name') or dev_type}, {scope}): predicted speedup "
               f"{speedup:.2f}x at {tokens} tokens, batch {batch_size} -> {'reduce' if use else 'do not reduce'}")
-    return Decision(use, speedup, "profile", reason, tokens, device_type, str(path))
+    return Decision(use, speedup, "profile", reason, tokens, dev_type, str(path))
 
 
 def decision_dict(decision: Decision) -> dict[str, Any]:

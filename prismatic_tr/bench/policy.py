@@ -18,11 +18,14 @@ Method of measurement (see :mod:`prismatic_tr.bench.policy_step` for what one st
 * ``ideal_speedup`` (Amdahl): the baseline's measured phase medians rescaled by token counts - the
   projector by K / N, the prefill by (T + K) / (T + N) (T = text and BOS tokens, linear in sequence
   length), vision and decode unchanged (decode attends over a cache shorter by N - K entries; treated as
-  zero, though on the cpu-bench preset decode measured 10-16% faster at K = 128 / 64, so the bound is
-  conservative), and the reducer free. ``efficiency`` = speedup /
-  ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone.
+  zero, though on the cpu-bench preset decode measured 10-16% faster at K = 128 / 64 in the topk_magnitude
+  rows of ``benchmarks/results/policy/results.json``, so the bound is conservative), and the reducer free.
+  ``efficiency`` = speedup / ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone.
 * MACs per phase (:func:`prismatic_tr.bench.flops.count_macs`: matmul-like ops, one multiply-add = 1 MAC),
   reported in GMACs per step (the whole batch).
+* Noise: ``vision_vs_baseline``, ``total_spread`` (p90 / p10 of the total) and ``noise_flag`` /
+  ``noise_reason`` per row, by the rule of :mod:`prismatic_tr.bench.noise` (the vision phase does the same
+  work in every row, so it gauges the machine).
 * ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU there
   is no per-step allocator peak, so it is None.
 * Fidelity against the unreduced model on the same inputs, through the model's own ``generate`` and
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from prismatic_tr.bench.noise import add_noise_fields
 from prismatic_tr.bench.policy_measure import (
     ModelAnswer,
     check_device,
@@ -49,8 +53,8 @@ from prismatic_tr.bench.policy_measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.policy_settings import POOL_METHOD, Setting, build_settings
-from prismatic_tr.bench.policy_step import PHASES, PolicyStep, StepInputs, prepare_inputs, timed_call
+from prismatic_tr.bench.policy_settings import PHASES, POOL_METHOD, Setting, build_settings
+from prismatic_tr.bench.policy_step import PolicyStep, StepInputs, prepare_inputs, timed_call
 from prismatic_tr.bench.timing import Timer, summarize
 from prismatic_tr.vla import (
     apply_token_reduction_to_vla,
@@ -214,4 +218,5 @@ def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch
         rec.update(num_runs=num_runs, warmup=warmup, device=str(dev),
                    dtype=str(inputs.pixel_values.dtype).replace("torch.", ""))
     add_speedup_fields(records, text_tokens=records[0]["seq_len"] - records[0]["num_patches"])
+    add_noise_fields(records)
     return records

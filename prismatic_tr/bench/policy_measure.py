@@ -9,7 +9,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.policy_step import PHASES, PolicyStep, StepInputs, StepOutput, counted_call
+from prismatic_tr.bench.devices import as_device
+from prismatic_tr.bench.policy_settings import PHASES
+from prismatic_tr.bench.policy_step import PolicyStep, StepInputs, StepOutput, counted_call
 from prismatic_tr.eval import kl_divergence, top1_agreement
 from prismatic_tr.vla import TokenReductionSettings, attach_token_reduction, get_token_reduction, unwrap_vla
 
@@ -43,10 +45,7 @@ def check_device(vla: nn.Module, device: torch.device | str | None) -> torch.dev
     model_dev = next(unwrap_vla(vla).parameters()).device
     if device is None:
         return model_dev
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:0')") from err
+    dev = as_device(device)
     if dev.type != model_dev.type or (dev.index is not None and dev != model_dev):
         raise ValueError(f"device={device!r} but the model is on {model_dev}; move the model there first")
     return model_dev

@@ -9,7 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
+from prismatic_tr.bench.policy_settings import PHASES
+
+NOISY_MARK = "NOISY"  # the table's mark for a row with noise_flag set (see prismatic_tr.bench.noise)
+NOISE_LABEL = "noisy row (noise_flag)"
 
 # (header, record key, format) of the printed table.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -33,12 +36,15 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("act MAE", "action_mae", "{:.4f}"),
     ("KL tok1", "first_token_kl", "{:.4f}"),
     ("peak MB", "peak_memory_mb", "{:.0f}"),
+    ("noise", "noise_flag", "{}"),
 )
 
 
 def _cell(rec: dict[str, Any], key: str, fmt: str) -> str:
     if key == "_total_spread":
         return f"{rec['total_ms_p10']:.1f}-{rec['total_ms_p90']:.1f}"
+    if key == "noise_flag":
+        return NOISY_MARK if rec.get("noise_flag") else ""
     value = rec.get(key)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -97,13 +103,22 @@ def _line_panel(ax: Any, records: Sequence[dict[str, Any]], key: str, ylabel: st
     if ideal:
         pts = sorted({(r["tokens_kept"], r["ideal_speedup"]) for r in records})
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", label="ideal (Amdahl)")
+    noisy = [(r["tokens_kept"], r[key]) for r in records if r.get("noise_flag")]
+    if noisy:  # a red ring around every point of a flagged row
+        ax.plot([p[0] for p in noisy], [p[1] for p in noisy], linestyle="none", marker="o", markersize=14,
+                markerfacecolor="none", markeredgecolor="red", markeredgewidth=2, label=NOISE_LABEL)
     ax.set_xlabel("fraction of visual tokens kept")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
 
 
+def _bar_label(rec: dict[str, Any]) -> str:
+    label = rec["method"] if rec["method"] == "none" else f"{rec['method']}\n{rec['tokens_kept']:.2f}"
+    return f"{label}\n{NOISY_MARK}" if rec.get("noise_flag") else label
+
+
 def _phase_bars(ax: Any, records: Sequence[dict[str, Any]]) -> None:
-    labels = [r["method"] if r["method"] == "none" else f"{r['method']}\n{r['tokens_kept']:.2f}" for r in records]
+    labels = [_bar_label(r) for r in records]
     bottom = [0.0] * len(records)
     for phase in PHASES:
         vals = [r[f"{phase}_ms"] for r in records]
@@ -111,13 +126,16 @@ def _phase_bars(ax: Any, records: Sequence[dict[str, Any]]) -> None:
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_xticks(range(len(records)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    for tick, rec in zip(ax.get_xticklabels(), records, strict=True):
+        if rec.get("noise_flag"):
+            tick.set_color("red")
     ax.set_ylabel("median ms per step")
     ax.legend(fontsize=7)
 
 
-def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """PNG: speedup (with the Amdahl bound), action-token agreement and action error against the
-    fraction of tokens kept, and a stacked bar of the phase medians of every setting."""
+def build_figure(records: Sequence[dict[str, Any]], title: str = "") -> Any:
+    """The matplotlib figure of :func:`plot_results` (caller closes it). Rows with ``noise_flag`` get a red
+    ring (legend: ``NOISE_LABEL``) in the line panels and a red ``NOISY`` label under their bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,9 +147,21 @@ def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str
     _line_panel(axes[2], records, "action_mae", "mean |delta action| (un-normalised)")
     axes[0].legend(fontsize=7)
     _phase_bars(axes[3], records)
+    noisy = any(r.get("noise_flag") for r in records)
+    if noisy:
+        title = (title + " | " if title else "") + "NOISY RUN: rows ringed in red are not results (noise_reason)"
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, color="red" if noisy else "black")
     fig.tight_layout()
+    return fig
+
+
+def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """PNG: speedup (with the Amdahl bound), action-token agreement and action error against the
+    fraction of tokens kept, and a stacked bar of the phase medians of every setting; noisy rows marked."""
+    import matplotlib.pyplot as plt
+
+    fig = build_figure(records, title)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -21,12 +21,11 @@ import torch
 from torch import nn
 
 from prismatic_tr.bench.flops import count_macs
+from prismatic_tr.bench.policy_settings import PHASES  # noqa: F401  (re-exported: the phases run() calls)
 from prismatic_tr.bench.timing import Timer
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
 from prismatic_tr.vla import unwrap_vla
-
-PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
 
 REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "make_prompt", "generate", "predict_action")
 

@@ -1,4 +1,5 @@
-"""One speed test of a timm ViT (optionally with in-backbone token reduction): the row of the DeiT study.
+"""One speed test of a timm ViT (optionally with in-backbone token reduction): one CSV row, in the columns the
+earlier DeiT study's speed script printed.
 
 >>> cfg = SpeedConfig(model="topk_deit_base_patch16_224", input_size=448, batch_size=8,
 ...                   keep_rate=0.1, reduction_loc=[3, 6, 9], device="cpu")
@@ -23,15 +24,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.bench.devices import DTYPES, as_device
 from prismatic_tr.bench.flops import count_macs, empty_weights
 from prismatic_tr.bench.power import PowerMonitor
-from prismatic_tr.bench.timing import TimingStats, _as_device, summarize, synchronize, time_fn
+from prismatic_tr.bench.timing import TimingStats, summarize, synchronize, time_fn
 
 CSV_HEADER: tuple[str, ...] = (
     "run_name", "tp", "latency_ms", "time_total", "flops", "max_memory", "no_params", "no_params_trainable",
     "power",
 )
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -66,7 +67,7 @@ class SpeedConfig:
             raise ValueError(f"warmup_iters={self.warmup_iters!r} must be an int >= 0")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
-        dev = _as_device(self.device)
+        dev = as_device(self.device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device={self.device!r} requested but CUDA is not available here; use --device cpu")
         if self.cuda_graph and dev.type != "cuda":
@@ -75,6 +76,16 @@ class SpeedConfig:
             raise ValueError("choose one of compile / cuda_graph (compile with mode='reduce-overhead' uses graphs)")
         if self.keep_rate is not None and not 0.0 < self.keep_rate <= 1.0:
             raise ValueError(f"keep_rate={self.keep_rate!r} must be in (0, 1]")
+
+    def check_model(self) -> None:
+        """Build the model with meta parameters (no memory, no weights, milliseconds): ``ValueError`` for an
+        unknown timm model or reduction settings it does not accept, before anything real is built."""
+        try:
+            build_model(self, meta=True)
+        except ValueError:
+            raise
+        except (RuntimeError, TypeError, AssertionError) as err:
+            raise ValueError(f"model={self.model!r} cannot be built with these settings: {err}") from None
 
     def reduction_kwargs(self) -> dict[str, Any]:
         """Only the reduction kwargs that were given."""
@@ -188,7 +199,7 @@ def forward_fn(model: nn.Module, cfg: SpeedConfig, x: torch.Tensor) -> Callable[
 
 def peak_memory_mb(device: torch.device | str) -> float:
     """CUDA: peak bytes allocated by torch since the last reset; CPU: peak RSS of this process; in MB."""
-    dev = _as_device(device)
+    dev = as_device(device)
     if dev.type == "cuda":
         return torch.cuda.max_memory_allocated(dev) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
@@ -230,7 +241,7 @@ def run_speed_test(cfg: SpeedConfig, model: nn.Module | None = None) -> dict[str
     flops = gmacs_per_image(cfg, model)
     n_params, n_trainable = count_params(model)
     x = make_input(cfg)
-    dev = _as_device(cfg.device)
+    dev = as_device(cfg.device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     with torch.no_grad():

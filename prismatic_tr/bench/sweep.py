@@ -100,6 +100,13 @@ class SweepConfig:
     def reduction_kwargs(self) -> dict[str, Any]:
         return self.speed_config(1, 1, reduced=True).reduction_kwargs()
 
+    def check_models(self) -> None:
+        """:meth:`SpeedConfig.check_model` of the baseline and reduced model at every input size (meta
+        parameters): a bad model name or reduction setting fails before any real model is built."""
+        for size in self.input_sizes:
+            self.speed_config(size, 1).check_model()
+            self.speed_config(size, 1, reduced=True).check_model()
+
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a sweep CSV (numbers parsed); [] when the file does not exist."""

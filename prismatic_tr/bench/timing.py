@@ -1,7 +1,8 @@
 """Timing primitives: device synchronisation, repeated timing, phase timing, interleaving, summaries.
 
-On a CUDA device every timed call is bracketed by CUDA events and the host synchronises exactly once, after
-the last call, so nothing inside the timed region waits for the GPU. On a CPU (or any device without events)
+On a CUDA device every timed call is bracketed by CUDA events, recorded on the current stream of the device
+being measured (not of whatever device is current), and the host synchronises exactly once, after the last
+call, so nothing inside the timed region waits for the GPU. On a CPU (or any device without events)
 calls are timed with ``time.perf_counter`` around a synchronised call.
 
 >>> stats = time_fn(lambda: model(x), warmup=5, repeats=20, device="cuda")
@@ -17,23 +18,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-DeviceLike = torch.device | str | None
-
-
-def _as_device(device: DeviceLike) -> torch.device:
-    """Normalise ``device`` (``None`` means CPU) to a ``torch.device``."""
-    if device is None:
-        return torch.device("cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a valid torch device (e.g. 'cpu', 'cuda', 'cuda:0')") from err
+from prismatic_tr.bench.devices import DeviceLike, as_device
 
 
 def _uses_events(device: torch.device) -> bool:
@@ -42,7 +33,7 @@ def _uses_events(device: torch.device) -> bool:
 
 def synchronize(device: DeviceLike = None) -> None:
     """Wait until all queued work on ``device`` has finished (no-op on the CPU)."""
-    dev = _as_device(device)
+    dev = as_device(device)
     if dev.type == "cuda":
         if torch.cuda.is_available():
             torch.cuda.synchronize(dev)
@@ -116,17 +107,26 @@ def _check_counts(warmup: int, repeats: int) -> None:
         raise ValueError(f"repeats={repeats!r} must be an int >= 1")
 
 
+def event_device(device: torch.device, current_index: int) -> torch.device:
+    """The CUDA device whose current stream the events of a measurement on ``device`` go to: ``device``
+    itself, with a bare ``cuda`` meaning the current device (``current_index``)."""
+    if device.type != "cuda":
+        raise ValueError(f"CUDA events need a CUDA device, got {device}")
+    return torch.device("cuda", current_index if device.index is None else device.index)
+
+
 class _Stopwatch:
     """Records time points: CUDA events on a GPU (read after one sync), perf_counter after a sync elsewhere."""
 
     def __init__(self, device: DeviceLike) -> None:
-        self.device = _as_device(device)
+        self.device = as_device(device)
         self.events = _uses_events(self.device)
 
     def point(self) -> Any:
         if self.events:
+            dev = event_device(self.device, torch.cuda.current_device())
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(dev))  # not ev.record(): that uses the *current* device
             return ev
         synchronize(self.device)
         return time.perf_counter()
@@ -164,26 +164,41 @@ def time_fn(
 
 
 def interleaved(
-    fns: Mapping[str, Callable[[], Any]], warmup: int = 3, repeats: int = 10, device: DeviceLike = None
+    fns: Mapping[str, Callable[[], Any]], warmup: int = 3, repeats: int = 10, device: DeviceLike = None,
+    contexts: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
 ) -> dict[str, TimingStats]:
     """Time several functions round-robin (A B A B ...) so slow drift of the machine affects all alike.
+
+    ``warmup`` untimed rounds come first. ``contexts`` (optional) maps a name to a factory of a context
+    manager entered around every call of that function and left outside its timed region (e.g. attaching
+    one setting's token reduction), so setting up a variant is never timed.
 
     Returns ``{name: TimingStats}``; ``total_s`` of each entry is the sum of its own call times.
     """
     if not fns:
         raise ValueError("interleaved() needs at least one function, got an empty mapping")
     _check_counts(warmup, repeats)
+    unknown = sorted(set(contexts or {}) - set(fns))
+    if unknown:
+        raise ValueError(f"contexts for {unknown} name no function; functions: {sorted(fns)}")
     watch = _Stopwatch(device)
+
+    def around(name: str) -> AbstractContextManager[Any]:
+        factory = (contexts or {}).get(name)
+        return factory() if factory is not None else nullcontext()
+
     for _ in range(warmup):
-        for fn in fns.values():
-            fn()
+        for name, fn in fns.items():
+            with around(name):
+                fn()
     watch.finish()
     marks: dict[str, list[tuple[Any, Any]]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = watch.point()
-            fn()
-            marks[name].append((start, watch.point()))
+            with around(name):
+                start = watch.point()
+                fn()
+                marks[name].append((start, watch.point()))
     watch.finish()
     out = {}
     for name, pairs in marks.items():

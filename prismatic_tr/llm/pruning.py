@@ -17,7 +17,7 @@ import math
 import torch
 
 from prismatic_tr.reducers.config import num_kept
-from prismatic_tr.reducers.strategies.selection import top_k_sorted
+from prismatic_tr.reducers.strategies.selection import top_indices
 
 __all__ = ["num_kept", "prune_index", "visual_start", "visual_token_scores"]
 
@@ -61,4 +61,4 @@ def prune_index(seq_len: int, start: torch.Tensor, num_visual: int, kept: torch.
 
 def select_visual(scores: torch.Tensor, keep_ratio: float) -> torch.Tensor:
     """(B, K) scores -> (B, n) indices of the ``n = num_kept(K, keep_ratio)`` best visual tokens, ascending."""
-    return top_k_sorted(scores, num_kept(scores.shape[1], keep_ratio))
+    return top_indices(scores, num_kept(scores.shape[1], keep_ratio))

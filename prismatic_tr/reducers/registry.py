@@ -11,34 +11,61 @@ import torch
 from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
 
 
-class ReduceFn(Protocol):
+class ScoreFn(Protocol):
+    """``score(patches (B, N, D), cfg, rng) -> (B, N)``: one score per token, higher is kept first."""
+
     def __call__(
-        self, patches: torch.Tensor, cfg: ReducerConfig, generator: torch.Generator | None
+        self, patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None
+    ) -> torch.Tensor: ...
+
+
+class ReduceFn(Protocol):
+    """``reduce(patches (B, N, D), cfg, rng)``; ``rng`` is None, a key tensor (``uses_key``) or a
+    ``torch.Generator`` (``uses_generator``)."""
+
+    def __call__(
+        self, patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None
     ) -> ReductionOutput: ...
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """A named strategy: ``reduce`` maps patches (B, N, D) to (B, K, D); ``count`` gives K from N."""
+    """A named strategy: ``reduce`` maps patches (B, N, D) to (B, K, D); ``count`` gives K from N.
+
+    Randomness: ``uses_key`` strategies get a fresh 0-d int64 key tensor per call
+    (:class:`~prismatic_tr.reducers.random_stream.KeyStream`; compiles with ``fullgraph=True``);
+    ``uses_generator`` strategies get a seeded ``torch.Generator`` (kept for compatibility: a Generator
+    argument does not compile with ``fullgraph=True``).
+
+    ``score`` (selecting strategies): the per-token scores ``reduce`` keeps the top K of. With it,
+    :class:`~prismatic_tr.reducers.TokenReducer` gathers prefix and kept tokens in one ``gather`` from the
+    unsliced input instead of slicing, reducing and concatenating (torch 2.2's inductor miscompiles a
+    gather from a sliced tensor that feeds a ``cat``: "index out of bounds" aborts the process).
+    """
 
     name: str
     reduce: ReduceFn
     count: Callable[[int, ReducerConfig], int]
     uses_generator: bool = False
+    uses_key: bool = False
+    score: ScoreFn | None = None
 
 
 _STRATEGIES: dict[str, Strategy] = {}
 
 
 def register_strategy(
-    name: str, count: Callable[[int, ReducerConfig], int], uses_generator: bool = False
+    name: str, count: Callable[[int, ReducerConfig], int], uses_generator: bool = False, uses_key: bool = False,
+    score: ScoreFn | None = None,
 ) -> Callable[[ReduceFn], ReduceFn]:
-    """Decorator: register ``fn`` as the reduce function of strategy ``name``."""
+    """Decorator: register ``fn`` as the reduce function of strategy ``name`` (see :class:`Strategy`)."""
+    if uses_generator and uses_key:
+        raise ValueError(f"strategy {name!r}: choose one of uses_generator / uses_key, not both")
 
     def deco(fn: ReduceFn) -> ReduceFn:
         if name in _STRATEGIES:
             raise ValueError(f"reduction strategy {name!r} is already registered")
-        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator)
+        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator, uses_key, score)
         return fn
 
     return deco

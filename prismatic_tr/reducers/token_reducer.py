@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
+from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import Strategy, get_strategy
+from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
 
 
 class TokenReducer(nn.Module):
@@ -16,8 +18,10 @@ class TokenReducer(nn.Module):
 
     The first ``P = cfg.num_prefix_tokens`` tokens (CLS, registers) pass through untouched and stay first.
     K depends only on N and the config, so the output shape is static; the forward path has no host
-    syncs and preserves dtype and device. With nothing to reduce (ratio 1.0 for a selecting strategy,
-    merge size 1 for ``spatial_pool``) the input tensor itself is returned.
+    syncs, preserves dtype and device, and compiles with ``torch.compile(fullgraph=True)`` for every
+    built-in strategy (``random`` draws from a counter-based hash, not a ``torch.Generator``). With
+    nothing to reduce (ratio 1.0 for a selecting strategy, merge size 1 for ``spatial_pool``) the input
+    tensor itself is returned.
 
     The reducer has no parameters or buffers: attaching it never changes a model's ``state_dict``.
     """
@@ -29,6 +33,7 @@ class TokenReducer(nn.Module):
         self.cfg = cfg if cfg is not None else ReducerConfig(**kwargs)
         self.strategy: Strategy = get_strategy(self.cfg.method)
         self._generators: dict[str, torch.Generator] = {}
+        self._keys = KeyStream(self.cfg.seed)
         self.last_indices: torch.Tensor | None = None
 
     @property
@@ -54,8 +59,12 @@ class TokenReducer(nn.Module):
         if seed is not None:
             self.cfg.seed = int(seed)
         self._generators.clear()
+        self._keys.reseed(self.cfg.seed)
 
-    def _generator(self, device: torch.device) -> torch.Generator | None:
+    def _rng(self, device: torch.device) -> torch.Tensor | torch.Generator | None:
+        """What the strategy draws from: a fresh key per call, a seeded Generator, or None."""
+        if self.strategy.uses_key:
+            return self._keys.next_key()
         if not self.strategy.uses_generator:
             return None
         key = str(device)
@@ -73,7 +82,11 @@ class TokenReducer(nn.Module):
             idx = torch.arange(x.shape[1] - p, device=x.device).expand(x.shape[0], -1)
             return ReductionOutput(x, idx)
         patches = x[:, p:] if p else x
-        out = self.strategy.reduce(patches, self.cfg, self._generator(x.device))
+        rng = self._rng(x.device)
+        if self.strategy.score is not None:  # one gather from x: prefix and kept tokens together
+            idx = top_indices(self.strategy.score(patches, self.cfg, rng), self.strategy.count(patches.shape[1], self.cfg))
+            return ReductionOutput(gather_rows(x, idx, p), idx)
+        out = self.strategy.reduce(patches, self.cfg, rng)
         tokens = torch.cat([x[:, :p], out.tokens], dim=1) if p else out.tokens
         return ReductionOutput(tokens, out.indices)
 

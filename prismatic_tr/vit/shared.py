@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers.config import num_kept
-from prismatic_tr.reducers.strategies.selection import top_k_sorted
+from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
 from prismatic_tr.vit.attention import check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
@@ -77,17 +77,6 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str) ->
     return query_row_scores(q, k, nxt.attn.scale, p)
 
 
-def gather_patches(x: torch.Tensor, num_prefix: int, idx: torch.Tensor) -> torch.Tensor:
-    """x (B, P + N, C), idx (B, n) patch indices -> (B, P + n, C): prefix first, then the kept patches.
-
-    One gather over the whole sequence (prefix positions prepended to the shifted patch indices): the
-    slice-then-gather-then-concatenate form miscompiles in torch 2.2's inductor (index out of bounds)."""
-    if num_prefix:
-        prefix = torch.arange(num_prefix, device=idx.device).expand(idx.shape[0], num_prefix)
-        idx = torch.cat([prefix, idx + num_prefix], dim=1)
-    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-
-
 class SharedSelectionHandle:
     """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
 
@@ -111,11 +100,11 @@ class SharedSelectionHandle:
             p = tower.num_prefix_tokens
             if tower_index == 0:
                 scores = patch_scores(tower, block, out, self.config.scoring)
-                self.last_indices = top_k_sorted(scores, self.kept)
+                self.last_indices = top_indices(scores, self.kept)
             elif self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
-            return gather_patches(out, p, self.last_indices)
+            return gather_rows(out, self.last_indices, p)
 
         return hook
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
+
 __all__ = ["query_row_scores", "topk_keep"]
 
 
@@ -38,6 +40,5 @@ def topk_keep(x: torch.Tensor, scores: torch.Tensor, num_keep: int, num_prefix: 
     x (B, N, C), scores (B, N - P) -> tokens (B, P + num_keep, C), kept patch indices (B, num_keep)
     (0-based among the patch tokens, ascending). Static shapes; no host syncs.
     """
-    idx = scores.topk(num_keep, dim=-1, sorted=False).indices.sort(dim=-1).values
-    patches = x[:, num_prefix:].gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-    return torch.cat([x[:, :num_prefix], patches], dim=1), idx
+    idx = top_indices(scores, num_keep)
+    return gather_rows(x, idx, num_prefix), idx

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import torch
 
-from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
-from prismatic_tr.reducers.registry import register_strategy
-from prismatic_tr.reducers.strategies.selection import count_by_ratio, keep_top_scores
+from prismatic_tr.reducers.config import ReducerConfig
+from prismatic_tr.reducers.random_stream import KeyStream, uniform_scores
+from prismatic_tr.reducers.strategies.selection import register_selection
 
 
-@register_strategy("random", count=count_by_ratio, uses_generator=True)
-def reduce_random(
-    patches: torch.Tensor, cfg: ReducerConfig, generator: torch.Generator | None = None
-) -> ReductionOutput:
-    """(B, N, D) -> (B, K, D): a uniform random K-subset per row, drawn from ``generator`` (fresh per call).
+@register_selection("random", uses_key=True)
+def score_random(
+    patches: torch.Tensor, cfg: ReducerConfig, key: torch.Tensor | torch.Generator | None = None
+) -> torch.Tensor:
+    """(B, N, D) -> (B, N) distinct pseudo-random int64 scores: their top K is a uniform random K-subset per row.
 
-    Top-K of i.i.d. uniform scores is a uniform K-subset; the subset is returned in spatial order.
+    ``key``: 0-d int64 tensor from :class:`~prismatic_tr.reducers.random_stream.KeyStream` (a fresh one per
+    call; :class:`~prismatic_tr.reducers.TokenReducer` passes it); None draws from ``cfg.seed`` alone.
+    Eager: ~12 small integer ops (one fused kernel under ``torch.compile``).
     """
+    if not isinstance(key, torch.Tensor):
+        key = KeyStream(cfg.seed).next_key()
     b, n = patches.shape[:2]
-    scores = torch.rand((b, n), generator=generator, device=patches.device)
-    return keep_top_scores(patches, scores, count_by_ratio(n, cfg))
+    return uniform_scores(b, n, key, patches.device)

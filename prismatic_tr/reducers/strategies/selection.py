@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput, num_kept
+from prismatic_tr.reducers.registry import ReduceFn, ScoreFn, register_strategy
 
 
 def count_by_ratio(n_patch: int, cfg: ReducerConfig) -> int:
@@ -12,9 +15,18 @@ def count_by_ratio(n_patch: int, cfg: ReducerConfig) -> int:
     return num_kept(n_patch, cfg.reduction_ratio)
 
 
-def top_k_sorted(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """(B, N) scores -> (B, k) int64 indices of the ``k`` highest scores of each row, ascending (topk + sort)."""
+def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """(B, N) scores -> (B, k) int64 indices of the ``k`` highest, ascending (ties broken by ``torch.topk``)."""
     return scores.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+
+
+def gather_rows(x: torch.Tensor, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """(B, offset + N, D), (B, K) -> (B, offset + K, D): the first ``offset`` rows of ``x`` unchanged, then
+    rows ``offset + idx``, in one ``gather`` from ``x`` itself (no slice, no ``cat`` of features)."""
+    if offset:
+        prefix = torch.arange(offset, device=idx.device).expand(idx.shape[0], offset)
+        idx = torch.cat([prefix, idx + offset], dim=1)
+    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
 def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> ReductionOutput:
@@ -22,14 +34,33 @@ def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> Redu
 
     Args:
         patches: (B, N, D) patch tokens.
-        scores: (B, N) one score per token (any float dtype; ties are broken by ``torch.topk``).
+        scores: (B, N) one score per token (any real dtype; ties are broken by ``torch.topk``).
         k: tokens kept, 1 <= k <= N (static).
 
     Returns:
         tokens (B, k, D) rows of ``patches``; indices (B, k) int64, ascending.
 
-    Four kernels (topk, sort, gather; the expand is a view), no host sync, static shapes.
+    Three kernels (topk, sort, gather; the expand is a view), no host sync, static shapes.
     """
-    idx = top_k_sorted(scores, k)
-    tokens = patches.gather(1, idx.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
-    return ReductionOutput(tokens, idx)
+    idx = top_indices(scores, k)
+    return ReductionOutput(gather_rows(patches, idx), idx)
+
+
+def register_selection(name: str, uses_key: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+    """Decorator: register a strategy that keeps the top ``count_by_ratio`` tokens of ``score_fn``'s scores.
+
+    ``score_fn(patches (B, N, D), cfg, rng) -> (B, N)``; the strategy's ``reduce`` is
+    ``keep_top_scores(patches, score_fn(...), count_by_ratio(N, cfg))``.
+    """
+
+    def deco(score_fn: ScoreFn) -> ScoreFn:
+        def reduce(patches: torch.Tensor, cfg: ReducerConfig,
+                   rng: torch.Tensor | torch.Generator | None = None) -> ReductionOutput:
+            return keep_top_scores(patches, score_fn(patches, cfg, rng), count_by_ratio(patches.shape[1], cfg))
+
+        reduce.__doc__ = f"(B, N, D) -> (B, K, D): the K tokens of highest {name} score, in spatial order."
+        fn: ReduceFn = reduce
+        register_strategy(name, count=count_by_ratio, uses_key=uses_key, score=score_fn)(fn)
+        return score_fn
+
+    return deco

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
-from prismatic_tr.reducers.registry import register_strategy
-from prismatic_tr.reducers.strategies.selection import count_by_ratio, keep_top_scores
+from prismatic_tr.reducers.config import ReducerConfig
+from prismatic_tr.reducers.strategies.selection import register_selection
 
 
-@register_strategy("topk_magnitude", count=count_by_ratio)
-def reduce_topk_magnitude(
-    patches: torch.Tensor, cfg: ReducerConfig, generator: torch.Generator | None = None
-) -> ReductionOutput:
-    """(B, N, D) -> (B, K, D): the K tokens of largest L2 norm (computed in fp32), in spatial order."""
-    scores = torch.linalg.vector_norm(patches, dim=-1, dtype=torch.float32)
-    return keep_top_scores(patches, scores, count_by_ratio(patches.shape[1], cfg))
+@register_selection("topk_magnitude")
+def score_topk_magnitude(
+    patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None = None
+) -> torch.Tensor:
+    """(B, N, D) -> (B, N): each token's L2 norm, computed in fp32; the K largest are kept, in spatial order."""
+    return torch.linalg.vector_norm(patches, dim=-1, dtype=torch.float32)

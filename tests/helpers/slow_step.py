@@ -1,0 +1,23 @@
+"""A policy step with an injected slow phase, to test noise detection without loading the machine."""
+
+from __future__ import annotations
+
+import time
+
+from prismatic_tr.bench.policy_step import PolicyStep
+
+
+def slow_baseline_step(seconds: float) -> type[PolicyStep]:
+    """A :class:`PolicyStep` subclass whose vision phase sleeps ``seconds`` only in the unreduced (baseline) row."""
+
+    class SlowBaselineVision(PolicyStep):
+        def run(self, reducer, call=None):  # type: ignore[no-untyped-def]
+            self._baseline = reducer is None
+            return super().run(reducer, call)
+
+        def vision(self):  # type: ignore[no-untyped-def]
+            if getattr(self, "_baseline", False):
+                time.sleep(seconds)
+            return super().vision()
+
+    return SlowBaselineVision
