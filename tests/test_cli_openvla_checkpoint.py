@@ -81,7 +81,7 @@ def test_unloadable_checkpoint_exits_2_with_one_line(checkpoint: Path, tmp_path:
     status = finetune_main(["--vla_path", str(broken), "--data_root_dir", str(root), "--dataset_name", DATASET,
                             "--run_root_dir", str(tmp_path / "runs"), "--max_steps", "1", "--batch_size", "2"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and err and err[-1].startswith("error:") and str(broken) in err[-1]
+    assert status == 2 and err and err[-1].startswith("finetune.py: error:") and str(broken) in err[-1]
     with pytest.raises(SystemExit) as exit_info:
         benchmark.main(benchmark.parse_config(["--vla_path", str(broken), "--progress", "false"]))
     assert exit_info.value.code == 2

@@ -94,8 +94,8 @@ def test_query_row_scores_match_full_attention(num_prefix: int) -> None:
 def test_topk_keep_original_order() -> None:
     x = torch.arange(5.0).view(1, 5, 1).expand(2, 5, 3)
     scores = torch.tensor([[0.1, 0.9, 0.3, 0.8], [0.7, 0.1, 0.2, 0.6]])
-    out, idx = topk_keep(x, scores, 2, num_prefix=1)
-    assert idx.tolist() == [[1, 3], [0, 3]]
+    out, positions = topk_keep(x, scores, 2, num_prefix=1)
+    assert positions.tolist() == [[0, 2, 4], [0, 1, 4]]  # the prefix, then patches 1, 3 / 0, 3 shifted by 1
     assert out[:, :, 0].tolist() == [[0.0, 2.0, 4.0], [0.0, 1.0, 4.0]]
 
 

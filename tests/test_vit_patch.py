@@ -208,7 +208,7 @@ def _ops(fn: object, *args: torch.Tensor) -> list[str]:
 SYNC_OPS = HOST_SYNC_OPS  # the one list of host-sync operators (prismatic_tr.bench.ops)
 
 
-@pytest.mark.parametrize("family,extra_ops", [("deit", 7), ("dinov2_reg4", 7), ("siglip", 8)])
+@pytest.mark.parametrize("family,extra_ops", [("deit", 7), ("dinov2_reg4", 7), ("siglip", 7)])
 def test_topk_adds_few_ops_and_no_host_syncs(family: str, extra_ops: int, images: torch.Tensor) -> None:
     model = build(family)
     with torch.no_grad():  # batch 1: for B > 1 the batched matmul copies the CLS row and k (B, H folded into one dim)
@@ -218,7 +218,9 @@ def test_topk_adds_few_ops_and_no_host_syncs(family: str, extra_ops: int, images
         reduced = _ops(model.blocks[1], x)
         assert not SYNC_OPS & set(_ops(model, images))
     added = Counter(reduced) - Counter(base)
-    assert sum(added.values()) == extra_ops, added  # baddbmm (scale folded in), softmax, mean, topk, sort, gather, cat (+ mean query)
+    # baddbmm (scale folded in), softmax, mean, then pad (prefix kept by an infinite score), topk, sort, gather;
+    # without prefix tokens (SigLIP) the mean query replaces the pad
+    assert sum(added.values()) == extra_ops, added
     assert not Counter(base) - Counter(reduced)  # the block's own ops (fused attention included) are all still there
 
 

@@ -80,6 +80,7 @@ class BenchmarkConfig:
     def _model_config(self) -> dict[str, Any]:
         """The fields of the model's config that flags must agree with: from ``--vla_path``'s config.json,
         else from ``--preset`` / ``--vision_backbone_id``; ``"source"`` says which."""
+        from prismatic_tr.models.backbones import vision_backbone_spec
         from prismatic_tr.models.config import (  # imports transformers: after the cheap checks
             PRESETS,
             SYNTHETIC_NORM_STATS,
@@ -104,9 +105,9 @@ class BenchmarkConfig:
         if self.vision_backbone_id not in VISION_BACKBONE_IDS:
             raise ValueError(f"--vision_backbone_id {self.vision_backbone_id!r} is not allowed; choose one of "
                              f"{sorted(VISION_BACKBONE_IDS)}")
-        ids, sizes = VISION_BACKBONE_IDS[self.vision_backbone_id]
-        return {"timm_model_ids": list(ids), "image_sizes": list(sizes), "norm_stats": SYNTHETIC_NORM_STATS,
-                "source": self.vision_backbone_id}
+        spec = vision_backbone_spec(self.vision_backbone_id)
+        return {"timm_model_ids": list(spec.timm_model_ids), "image_sizes": list(spec.image_sizes),
+                "norm_stats": SYNTHETIC_NORM_STATS, "source": self.vision_backbone_id}
 
     def _check_against_model(self, config: dict[str, Any]) -> None:
         """Merge size against the patch grid, unnorm_key against the norm_stats (when the config has them)."""

@@ -50,7 +50,12 @@ class OpenVLAInferenceMixin:
             )
         text = self.get_input_embeddings()(input_ids)
         batch, k = projected.shape[0], projected.shape[1]
-        embeds = torch.cat([text[:, :1], projected.to(text.dtype), text[:, 1:]], dim=1)
+        # [projected, text] reordered to [BOS, projected, text[1:]] by one index_select: slicing the embedded
+        # text and concatenating the slices miscompiles in torch 2.2's inductor (index out of bounds).
+        dev = text.device
+        order = torch.cat([torch.full((1,), k, device=dev), torch.arange(k, device=dev),
+                           torch.arange(k + 1, k + text.shape[1], device=dev)])
+        embeds = torch.cat([projected.to(text.dtype), text], dim=1).index_select(1, order)
         mask = None
         if attention_mask is not None:
             patch_mask = attention_mask.new_ones((batch, k))

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers.config import num_kept
-from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
+from prismatic_tr.reducers.strategies.selection import gather_rows, gather_tokens, top_indices_after_prefix
 from prismatic_tr.vit.attention import check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
@@ -100,8 +100,10 @@ class SharedSelectionHandle:
             p = tower.num_prefix_tokens
             if tower_index == 0:
                 scores = patch_scores(tower, block, out, self.config.scoring)
-                self.last_indices = top_indices(scores, self.kept)
-            elif self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
+                positions = top_indices_after_prefix(scores, self.kept, p)
+                self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
+                return gather_tokens(out, positions)
+            if self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
             return gather_rows(out, self.last_indices, p)

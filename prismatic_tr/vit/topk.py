@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
+from prismatic_tr.reducers.strategies.selection import gather_tokens, top_indices_after_prefix
 
 __all__ = ["query_row_scores", "topk_keep"]
 
@@ -37,8 +37,8 @@ def query_row_scores(q: torch.Tensor, k: torch.Tensor, scale: float, num_prefix:
 def topk_keep(x: torch.Tensor, scores: torch.Tensor, num_keep: int, num_prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the prefix and the ``num_keep`` best-scored patch tokens, in their original order.
 
-    x (B, N, C), scores (B, N - P) -> tokens (B, P + num_keep, C), kept patch indices (B, num_keep)
-    (0-based among the patch tokens, ascending). Static shapes; no host syncs.
+    x (B, N, C), scores (B, N - P) -> tokens (B, P + num_keep, C) and their positions in x (B, P + num_keep),
+    ascending (the prefix's 0 .. P - 1 first). Four kernels (pad, topk, sort, gather); static shapes; no host syncs.
     """
-    idx = top_indices(scores, num_keep)
-    return gather_rows(x, idx, num_prefix), idx
+    positions = top_indices_after_prefix(scores, num_keep, num_prefix)
+    return gather_tokens(x, positions), positions

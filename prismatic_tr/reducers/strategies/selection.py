@@ -20,13 +20,28 @@ def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
 
 
+def top_indices_after_prefix(scores: torch.Tensor, k: int, num_prefix: int) -> torch.Tensor:
+    """(B, N) patch scores -> (B, P + k) positions in the sequence [P prefix tokens, N patches]: the prefix
+    first, then the ``k`` best patches (shifted by P), ascending. The prefix is given an infinite score and
+    selected with the patches (pad, topk, sort: no separate index arithmetic)."""
+    if not num_prefix:
+        return top_indices(scores, k)
+    return top_indices(torch.nn.functional.pad(scores, (num_prefix, 0), value=float("inf")), k + num_prefix)
+
+
+def gather_tokens(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, N, D), (B, K) positions -> (B, K, D): one ``gather`` from ``x`` itself (gathering from a slice of
+    ``x`` and concatenating miscompiles in torch 2.2's inductor)."""
+    return x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
 def gather_rows(x: torch.Tensor, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
     """(B, offset + N, D), (B, K) -> (B, offset + K, D): the first ``offset`` rows of ``x`` unchanged, then
     rows ``offset + idx``, in one ``gather`` from ``x`` itself (no slice, no ``cat`` of features)."""
     if offset:
         prefix = torch.arange(offset, device=idx.device).expand(idx.shape[0], offset)
         idx = torch.cat([prefix, idx + offset], dim=1)
-    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    return gather_tokens(x, idx)
 
 
 def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> ReductionOutput:
