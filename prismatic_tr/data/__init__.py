@@ -20,6 +20,7 @@ from prismatic_tr.data.transforms import (
     ImageAugmentation,
     build_prompt,
 )
+from prismatic_tr.data.writer import write_tfds_dataset
 
 __all__ = [
     "PROMPT_TEMPLATE",
@@ -39,4 +40,5 @@ __all__ = [
     "resolve_step_keys",
     "save_dataset_statistics",
     "write_synthetic_rlds",
+    "write_tfds_dataset",
 ]

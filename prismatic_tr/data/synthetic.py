@@ -14,13 +14,14 @@ can fit the data.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from prismatic_tr.data._tf import import_tf
+from prismatic_tr.data.writer import DEFAULT_VERSION, write_tfds_dataset
 
 INSTRUCTIONS = ("pick up the red block", "open the drawer", "push the cup to the left", "close the lid")
 
@@ -91,31 +92,12 @@ def _features(spec: SyntheticRLDSSpec, tfds: Any) -> Any:
 def write_synthetic_rlds(root: str | Path, spec: SyntheticRLDSSpec | None = None) -> Path:
     """Write ``spec``'s dataset under ``root/spec.dataset_name`` (skipped if it exists); returns the version dir."""
     spec = spec or SyntheticRLDSSpec()
-    version_dir = Path(root) / spec.dataset_name / "1.0.0"
+    version_dir = Path(root) / spec.dataset_name / DEFAULT_VERSION
     if (version_dir / "dataset_info.json").is_file():
         return version_dir
-    _, tfds = import_tf()
-    tfds.disable_progress_bar()
 
-    def _info(self: Any) -> Any:
-        return tfds.core.DatasetInfo(builder=self, features=_features(spec, tfds))
+    def split_examples(split_idx: int) -> Callable[[], Iterator[tuple[str, dict[str, Any]]]]:
+        return lambda: ((f"{split_idx}_{ep}", _episode(spec, split_idx, ep)) for ep in range(spec.num_episodes))
 
-    def _split_generators(self: Any, dl_manager: Any) -> dict[str, Any]:
-        return {name: self._generate_examples(i) for i, name in enumerate(spec.splits)}
-
-    def _generate_examples(self: Any, split_idx: int) -> Any:
-        for ep in range(spec.num_episodes):
-            yield f"{split_idx}_{ep}", _episode(spec, split_idx, ep)
-
-    attrs = {
-        "name": spec.dataset_name,
-        "VERSION": tfds.core.Version("1.0.0"),
-        "_info": _info,
-        "_split_generators": _split_generators,
-        "_generate_examples": _generate_examples,
-    }
-    with tfds.core.registered.skip_registration():
-        builder_cls = type("SyntheticRLDS", (tfds.core.GeneratorBasedBuilder,), attrs)
-    builder = builder_cls(data_dir=str(root))
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    return version_dir
+    splits = {name: split_examples(i) for i, name in enumerate(spec.splits)}
+    return write_tfds_dataset(root, spec.dataset_name, lambda tfds: _features(spec, tfds), splits)

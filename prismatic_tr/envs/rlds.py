@@ -1,0 +1,107 @@
+"""Recorded episodes of the tabletop task as RLDS (tensorflow-datasets), in OpenVLA's layout.
+
+One dataset example per episode::
+
+    {"steps": Dataset({
+        "observation": {"image": Image (224, 224, 3) uint8 (PNG, lossless),
+                        "state": Tensor (4,) float32: effector x, y, z (metres), gripper open (1) / closed (0)},
+        "language_instruction": Text,
+        "action": Tensor (7,) float32: the expert's action at this observation (spec.py: units, bounds),
+        "reward": float32 (1 on the step that succeeds), "discount": float32 (1),
+        "is_first", "is_last", "is_terminal": bool (terminal: the episode ended by success or failure)}),
+     "episode_metadata": {"seed": int64, "success": bool, "outcome": Text, "kind": Text, "target": Text}}
+
+Step t holds the observation before action t; the image after the last action is not stored.
+:class:`prismatic_tr.data.RLDSSource` reads it (``observation/image``, ``language_instruction``, ``action``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prismatic_tr.envs.env import SUCCESS, WRONG_OBJECT, EnvState
+from prismatic_tr.envs.rollout import EpisodeResult
+from prismatic_tr.envs.spec import ACTION_DIM, IMAGE_SIZE
+
+STATE_DIM = 4
+
+
+def rlds_features(tfds: Any) -> Any:
+    """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring)."""
+    f = tfds.features
+    flag = lambda: f.Tensor(shape=(), dtype=np.bool_)  # noqa: E731
+    scalar = lambda: f.Tensor(shape=(), dtype=np.float32)  # noqa: E731
+    step = {
+        "observation": f.FeaturesDict({
+            "image": f.Image(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), encoding_format="png"),
+            "state": f.Tensor(shape=(STATE_DIM,), dtype=np.float32),
+        }),
+        "language_instruction": f.Text(),
+        "action": f.Tensor(shape=(ACTION_DIM,), dtype=np.float32),
+        "reward": scalar(),
+        "discount": scalar(),
+        "is_first": flag(),
+        "is_last": flag(),
+        "is_terminal": flag(),
+    }
+    metadata = {
+        "seed": f.Tensor(shape=(), dtype=np.int64),
+        "success": flag(),
+        "outcome": f.Text(),
+        "kind": f.Text(),
+        "target": f.Text(),
+    }
+    return f.FeaturesDict({"steps": f.Dataset(step), "episode_metadata": f.FeaturesDict(metadata)})
+
+
+def state_vector(state: EnvState) -> np.ndarray:
+    """(4,) float32: effector x, y, z and gripper open (1.0) / closed (0.0)."""
+    return np.array([*state.effector, float(state.gripper_open)], dtype=np.float32)
+
+
+def episode_example(result: EpisodeResult) -> dict[str, Any]:
+    """A recorded :class:`EpisodeResult` (``rollout(..., record=True)``) as one RLDS example."""
+    n = len(result.actions)
+    if n == 0 or not (len(result.images) == len(result.states) == n):
+        raise ValueError(f"episode {result.seed} was not recorded step by step (rollout(..., record=True))")
+    terminal = result.outcome in (SUCCESS, WRONG_OBJECT)
+    steps = [
+        {
+            "observation": {"image": image, "state": state_vector(state)},
+            "language_instruction": result.instruction,
+            "action": np.asarray(action, dtype=np.float32),
+            "reward": np.float32(t == n - 1 and result.success),
+            "discount": np.float32(1.0),
+            "is_first": t == 0,
+            "is_last": t == n - 1,
+            "is_terminal": t == n - 1 and terminal,
+        }
+        for t, (image, action, state) in enumerate(zip(result.images, result.actions, result.states, strict=True))
+    ]
+    metadata = {"seed": result.seed, "success": result.success, "outcome": result.outcome, "kind": result.kind,
+                "target": result.target}
+    return {"steps": steps, "episode_metadata": metadata}
+
+
+def write_episodes(
+    root: str | Path,
+    name: str,
+    splits: Mapping[str, Callable[[], Iterable[EpisodeResult]]],
+    description: str = "",
+) -> Path:
+    """Write episodes as the RLDS dataset ``root/name/1.0.0``; returns that directory.
+
+    ``splits`` maps a split name to a callable yielding recorded results (``rollout(..., record=True)``) one
+    episode at a time, so no more than one episode is held in memory; they are stored in that order.
+    """
+    from prismatic_tr.data.writer import write_tfds_dataset  # imports torch, then tensorflow lazily
+
+    def examples(make: Callable[[], Iterable[EpisodeResult]]) -> Callable[[], Iterable[tuple[str, dict]]]:
+        return lambda: ((f"seed_{r.seed}", episode_example(r)) for r in make())
+
+    return write_tfds_dataset(root, name, rlds_features, {s: examples(m) for s, m in splits.items()},
+                              description=description, keep_order=True)
