@@ -1,6 +1,16 @@
-"""The settings of a policy-step benchmark: the unreduced baseline, then each method x ratio.
+"""The settings of a policy benchmark or evaluation: the unreduced baseline, then reductions at one or more sites.
 
-Light on imports (torch and the reducers only), so a command line can validate flags before building a model.
+A :class:`Setting` is one site's reduction (``projector`` method x ratio, or ``vision`` / ``llm`` with a depth
+fraction), optionally combined with further sites (``also``). On the command line a setting is a spec::
+
+    topk_magnitude:0.5                      projector site: method and fraction kept
+    spatial_pool:2x2                        projector site: 2 x 2 windows
+    vision:attention:0.25@0.3               inside the vision towers after 30 % of their depth, keep 25 %
+    llm:attention:0.5@0.25                  inside the LLM before layer round(0.25 * layers), keep 50 %
+    vision:attention:0.5@0.3+llm:attention:0.5@0.25      both sites together
+
+Light on imports (the reducers and the settings dataclass only), so a command line can validate flags before
+building a model.
 """
 
 from __future__ import annotations
@@ -20,15 +30,85 @@ PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode"
 
 @dataclass(frozen=True)
 class Setting:
-    """One benchmarked configuration; ``method == "none"`` is the unreduced baseline."""
+    """One benchmarked configuration; ``method == "none"`` is the unreduced baseline. ``site`` and
+    ``depth_fraction`` as in :class:`prismatic_tr.vla.TokenReductionSettings`; ``also``: further sites applied
+    together with this one."""
 
     method: str
     reduction_ratio: float
     spatial_merge_size: int = 1
+    site: str = "projector"
+    depth_fraction: float | None = None
+    also: tuple[Setting, ...] = ()
 
     @property
     def is_baseline(self) -> bool:
         return self.method == BASELINE
+
+    @property
+    def parts(self) -> tuple[Setting, ...]:
+        """This site and the ones combined with it."""
+        return (self, *self.also) if not self.is_baseline else ()
+
+    @property
+    def label(self) -> str:
+        """The spec this setting is written as (see the module docstring); "none" for the baseline."""
+        return "+".join(_part_label(p) for p in self.parts) if not self.is_baseline else BASELINE
+
+    def reductions(self, seed: int = 0) -> list[Any]:
+        """The :class:`prismatic_tr.vla.TokenReductionSettings` to attach, one per site (validated)."""
+        from prismatic_tr.vla.settings import TokenReductionSettings
+
+        return [TokenReductionSettings(p.method, p.reduction_ratio, max(1, p.spatial_merge_size), seed=seed,
+                                       site=p.site, depth_fraction=p.depth_fraction) for p in self.parts]
+
+
+def _part_label(p: Setting) -> str:
+    if p.site == "projector":
+        return f"{p.method}:{p.spatial_merge_size}x{p.spatial_merge_size}" if p.method == POOL_METHOD \
+            else f"{p.method}:{p.reduction_ratio:g}"
+    return f"{p.site}:{p.method}:{p.reduction_ratio:g}@{p.depth_fraction:g}"
+
+
+def _parse_part(spec: str) -> Setting:
+    fields = spec.strip().split(":")
+    site = fields[0] if fields[0] in ("projector", "vision", "llm") else "projector"
+    rest = fields[1:] if fields[0] == site else fields
+    if len(rest) != 2:
+        raise ValueError(f"setting {spec!r} is not [site:]method:ratio[@depth] (e.g. topk_magnitude:0.5, "
+                         "spatial_pool:2x2, vision:attention:0.25@0.3, llm:attention:0.5@0.25)")
+    method, amount = rest
+    depth = None
+    if "@" in amount:
+        amount, depth_text = amount.split("@", 1)
+        depth = _number(depth_text, spec)
+    if site == "projector" and method == POOL_METHOD:
+        size = amount.lower().split("x")
+        if len(size) != 2 or size[0] != size[1] or not size[0].isdigit():
+            raise ValueError(f"setting {spec!r}: spatial_pool takes a window like 2x2")
+        merge = int(size[0])
+        return Setting(method, 1.0 / (merge * merge), merge, site, depth)
+    return Setting(method, _number(amount, spec), 1, site, depth)
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"setting {spec!r}: {text!r} is not a number") from None
+
+
+def parse_setting(spec: str) -> Setting:
+    """A setting from its spec (module docstring); ValueError naming what is wrong, checked in full now."""
+    if spec.strip() == BASELINE:
+        return Setting(BASELINE, 1.0)
+    parts = [_parse_part(p) for p in spec.split("+")]
+    sites = [p.site for p in parts]
+    if len(set(sites)) != len(sites) or ("projector" in sites and "vision" in sites):
+        raise ValueError(f"setting {spec!r}: sites {sites}; combine the llm site with one of projector / vision")
+    setting = Setting(**{**parts[0].__dict__, "also": tuple(parts[1:])})
+    setting.reductions()  # validates method, ratio and depth per site
+    return setting
 
 
 def build_settings(

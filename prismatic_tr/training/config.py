@@ -7,11 +7,14 @@ live in :mod:`prismatic_tr.training.preflight`.
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 QUANTIZATION_BITS = (4, 8)
+LR_SCHEDULES = ("constant", "cosine")
+COSINE_FLOOR = 0.1  # the cosine schedule ends at this fraction of the learning rate
 
 
 @dataclass
@@ -73,6 +76,9 @@ class FinetuneConfig:
     save_steps: int = 5000                                  # checkpoint interval (optimizer steps)
     learning_rate: float = 5e-4                             # AdamW learning rate
     weight_decay: float = 0.0                               # AdamW weight decay
+    lr_schedule: str = "constant"                           # constant | cosine (to 10 % of the rate at max_steps)
+    lr_warmup_steps: int = 0                                # linear warm-up from 0 over these steps
+    bf16_autocast: bool | None = None                       # None: on a GPU only (as OpenVLA); True: on a CPU too
     grad_accumulation_steps: int = 1                        # micro-batches per optimizer step
     image_aug: bool = False                                 # random resized crop + colour jitter
     shuffle_buffer_size: int = 100_000                      # tf.data shuffle buffer (steps)
@@ -108,6 +114,10 @@ class FinetuneConfig:
                 raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule={self.lr_schedule!r} is not allowed; use one of {LR_SCHEDULES}")
+        if isinstance(self.lr_warmup_steps, bool) or not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps={self.lr_warmup_steps!r} is not allowed; use an integer >= 0")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout={self.lora_dropout} must be in [0, 1)")
         if self.use_quantization and not self.use_lora:
@@ -121,6 +131,20 @@ class FinetuneConfig:
             raise ValueError(f"max_length={self.max_length} must be >= 2 or None")
         if isinstance(self.token_reduction, dict):
             self.token_reduction = TokenReductionConfig(**self.token_reduction)
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of ``learning_rate`` at optimizer step ``step`` (0-based): warm-up, then the schedule."""
+        if step < self.lr_warmup_steps:
+            return (step + 1) / self.lr_warmup_steps
+        if self.lr_schedule == "constant":
+            return 1.0
+        span = max(1, self.max_steps - self.lr_warmup_steps)
+        progress = min(1.0, (step - self.lr_warmup_steps) / span)
+        return COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def autocast(self, device: Any) -> bool:
+        """Whether forwards run under bf16 autocast on ``device``."""
+        return device.type == "cuda" if self.bf16_autocast is None else bool(self.bf16_autocast)
 
     @property
     def lora_alpha(self) -> int:

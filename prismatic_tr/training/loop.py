@@ -71,13 +71,15 @@ def build_loader(cfg: FinetuneConfig, plan: DataPlan, vla: nn.Module, processor:
 
 
 def forward_with_metrics(
-    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, action_tokenizer: ActionTokenizer
+    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, action_tokenizer: ActionTokenizer,
+    use_bf16: bool | None = None,
 ) -> dict[str, torch.Tensor]:
-    """One forward (bf16 autocast on a GPU) -> {"loss", "action_accuracy", "action_l1"} as tensors.
+    """One forward (bf16 autocast when ``use_bf16``; default: on a GPU) -> {"loss", "action_accuracy",
+    "action_l1"} as tensors.
 
     The logits are sliced with ``projector_features.shape[1]``, the real (possibly reduced) visual token count.
     """
-    use_bf16 = device.type == "cuda"
+    use_bf16 = device.type == "cuda" if use_bf16 is None else use_bf16
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
         out = model(
             input_ids=batch["input_ids"].to(device),
@@ -96,6 +98,7 @@ def optimizer_step(
     grad_accumulation_steps: int,
     device: torch.device,
     action_tokenizer: ActionTokenizer,
+    use_bf16: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """``grad_accumulation_steps`` micro-batches, one AdamW step; returns the mean metrics (detached tensors).
 
@@ -106,7 +109,7 @@ def optimizer_step(
         last = micro == grad_accumulation_steps - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
-            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer)
+            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer, use_bf16)
             (metrics["loss"] / grad_accumulation_steps).backward()
         for k, v in metrics.items():
             totals[k] = totals.get(k, 0.0) + v.detach().float() / grad_accumulation_steps
@@ -212,8 +215,12 @@ def run(session: Session) -> TrainResult:
     bar = tqdm(total=cfg.max_steps, initial=session.start_step, disable=not (info.is_main and cfg.progress_bar))
     tick = time.perf_counter()
     for step in range(session.start_step + 1, cfg.max_steps + 1):
+        lr = cfg.learning_rate * cfg.lr_factor(step - 1)
+        for group in session.optimizer.param_groups:
+            group["lr"] = lr
         metrics = optimizer_step(session.model, batches, session.optimizer, cfg.grad_accumulation_steps,
-                                 info.device, session.action_tokenizer)
+                                 info.device, session.action_tokenizer, cfg.autocast(info.device))
+        metrics["lr"] = torch.tensor(lr)
         if info.is_main:
             pending.append(metrics)
         bar.update(1)

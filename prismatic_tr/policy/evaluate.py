@@ -1,0 +1,95 @@
+"""Closed-loop evaluation of reduction settings: success on the tabletop task and end-to-end step time.
+
+For each setting (:mod:`prismatic_tr.bench.policy_settings`; the unreduced baseline first) the reduction is
+attached, the same episodes run (:func:`prismatic_tr.policy.closed_loop.run_episodes`), and the reduction is
+removed. Step time: the model's own ``predict_action`` at batch 1 on the first episode's first observation,
+every setting timed round-robin after a warm-up (``prismatic_tr.bench.timing.interleaved``, the reduction
+attached outside the timed region), medians with p10 / p90.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.bench.policy_settings import Setting
+from prismatic_tr.bench.timing import interleaved
+from prismatic_tr.envs import TaskConfig, make_episode
+from prismatic_tr.models.tokenizer import build_prompt
+from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, run_episodes
+from prismatic_tr.vla import attach_token_reduction, remove_token_reduction, visual_token_count
+
+
+@contextlib.contextmanager
+def reduction(vla: nn.Module, setting: Setting, seed: int = 0) -> Iterator[None]:
+    """``setting``'s reductions attached for the block (none for the baseline), removed after it."""
+    remove_token_reduction(vla)
+    try:
+        for r in setting.reductions(seed):
+            attach_token_reduction(vla, r)
+        yield
+    finally:
+        remove_token_reduction(vla)
+
+
+def llm_visual_tokens(setting: Setting, projector_tokens: int) -> int:
+    """Visual tokens the LLM's later layers hold: the llm site's share of what the projector hands it."""
+    from prismatic_tr.reducers import num_kept
+
+    llm = next((p for p in setting.parts if p.site == "llm"), None)
+    return num_kept(projector_tokens, llm.reduction_ratio) if llm is not None else projector_tokens
+
+
+def time_settings(vla: nn.Module, processor: Any, settings: Sequence[Setting], unnorm_key: str,
+                  config: TaskConfig | None, seed: int, warmup: int, repeats: int) -> dict[str, Any]:
+    """``predict_action`` at batch 1 per setting, interleaved; ``{label: TimingStats}``."""
+    obs = make_episode(seed, config).reset()
+    inputs = processor(build_prompt(obs.instruction), obs.image)
+    fns = {s.label: (lambda: vla.predict_action(**inputs, unnorm_key=unnorm_key)) for s in settings}
+    contexts = {s.label: (lambda s=s: reduction(vla, s)) for s in settings}
+    with torch.no_grad():
+        return interleaved(fns, warmup=warmup, repeats=repeats, contexts=contexts)
+
+
+def evaluate_settings(
+    vla: nn.Module,
+    processor: Any,
+    settings: Sequence[Setting],
+    seeds: Sequence[int],
+    unnorm_key: str,
+    config: TaskConfig | None = None,
+    batch_size: int = 25,
+    timing_repeats: int = 10,
+    timing_warmup: int = 2,
+    on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One record per setting (baseline first): success with its Wilson interval, episodes, mean steps, the
+    tokens the projector and the LLM see, ``predict_action`` medians and the speedup over the baseline."""
+    if not settings or not settings[0].is_baseline:
+        raise ValueError("settings must start with the unreduced baseline ('none')")
+    timing = time_settings(vla, processor, settings, unnorm_key, config, seeds[0], timing_warmup, timing_repeats)
+    records = []
+    for s in settings:
+        with reduction(vla, s):
+            tokens = visual_token_count(vla)
+            outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
+                                    on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
+        first = s.parts[0] if s.parts else s
+        stats = timing[s.label].as_dict()
+        records.append({
+            "method": s.label, "site": "+".join(p.site for p in s.parts) or "none",
+            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
+            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
+            **dataclasses.asdict(SuccessSummary.of(outcomes)),
+            "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
+            "predict_action_ms_p90": stats["p90"],
+        })
+    base = records[0]["predict_action_ms"]
+    for rec in records:
+        rec["predict_action_speedup"] = base / rec["predict_action_ms"]
+    return records

@@ -1,0 +1,65 @@
+"""Tables and the success-against-speedup plot of closed-loop (and offline) evaluations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SITE_COLORS = {"none": "black", "projector": "tab:blue", "vision": "tab:green", "llm": "tab:orange",
+               "projector+llm": "tab:purple", "vision+llm": "tab:red"}
+
+
+def format_rows(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """A fixed-width text table: ``columns`` are (header, key, format); missing / None cells print '-'."""
+    cells = [[h for h, _, _ in columns]]
+    for rec in records:
+        cells.append([fmt.format(rec[k]) if rec.get(k) is not None else "-" for _, k, fmt in columns])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
+
+
+CLOSED_LOOP_COLUMNS = (
+    ("setting", "method", "{}"), ("tokens", "num_patches", "{}"), ("llm tokens", "llm_visual_tokens", "{}"),
+    ("success", "success_rate", "{:.1%}"), ("95% CI low", "success_ci_low", "{:.1%}"),
+    ("high", "success_ci_high", "{:.1%}"), ("episodes", "episodes", "{}"), ("steps", "mean_steps", "{:.1f}"),
+    ("predict_action ms", "predict_action_ms", "{:.1f}"), ("speedup", "predict_action_speedup", "{:.2f}"),
+)
+
+
+def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: str = "",
+                  x: str = "predict_action_speedup", y: str = "success_rate") -> Path:
+    """Success (with its interval when present) against end-to-end speedup, one point per setting, coloured
+    by site; points of one site and method joined in order of speedup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rec in records:
+        family = rec["method"].rsplit(":", 1)[0] if rec["method"] != "none" else "none"
+        groups.setdefault((rec["site"], family), []).append(rec)
+    for (site, family), recs in groups.items():
+        recs = sorted(recs, key=lambda r: r[x])
+        xs, ys = [r[x] for r in recs], [r[y] for r in recs]
+        color = SITE_COLORS.get(site, "gray")
+        ax.plot(xs, ys, "o-", color=color, alpha=0.8, label=family)
+        if "success_ci_low" in recs[0] and y == "success_rate":
+            low = [r[y] - r["success_ci_low"] for r in recs]
+            high = [r["success_ci_high"] - r[y] for r in recs]
+            ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, alpha=0.4, capsize=3)
+        for r in recs:
+            ax.annotate(r["method"].split(":")[-1], (r[x], r[y]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_xlabel("end-to-end speedup of predict_action (x)")
+    ax.set_ylabel("success rate" if y == "success_rate" else y)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
