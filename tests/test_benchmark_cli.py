@@ -30,13 +30,16 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
         "--preset", "tiny", "--methods", "[topk_magnitude,spatial_pool]", "--ratios", "[0.5]", "--num_runs", "2",
         "--warmup", "0", "--dtype", "float32", "--progress", "false", "--output_dir", str(out),
         "--num_threads", "1",  # a tiny model gains nothing from threads
+        "--settings", "vision:attention:0.5@0.5", "llm:attention:0.25@0.5", "--policy_episodes", "0",
     ]))
     stdout = capsys.readouterr().out
     assert "RANDOM" in stdout and "speedup" in stdout and "wrote" in stdout
     assert {p.name for p in out.iterdir()} >= {"results.csv", "results.json", "results.png"}
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert [(r["method"], r["num_patches"]) for r in rows] == [
-        ("none", "256"), ("topk_magnitude", "128"), ("spatial_pool", "64")]
+    assert [(r["method"], r["num_patches"], r["llm_visual_tokens"]) for r in rows] == [
+        ("none", "256", "256"), ("topk_magnitude", "128", "128"), ("spatial_pool", "64", "64"),
+        ("vision:attention@0.5", "128", "128"), ("llm:attention@0.5", "256", "64")]
+    assert all(float(r["predict_action_ms"]) > 0 and float(r["predict_action_speedup"]) > 0 for r in rows)
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["random_weights"] is True and data["meta"]["dtype"] == "float32"
     assert data["meta"]["config"]["preset"] == "tiny" and data["meta"]["machine"]["torch_threads"] == 1
@@ -146,7 +149,7 @@ def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, 
         benchmark.main(benchmark.parse_config([
             "--preset", "tiny", "--methods", "topk_magnitude", "--ratios", "0.5", "--num_runs", "2", "--warmup", "0",
             "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1", "--strict",
-            "true"]))
+            "true", "--settings", "[]", "--policy_episodes", "0"]))
     assert exc.value.code == benchmark.EXIT_NOISY == 3
     captured = capsys.readouterr()
     assert "WARNING: noisy row none" in captured.out and "What to do" in captured.out
@@ -163,3 +166,4 @@ def test_defaults_are_the_documented_sweep():
     assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.75, 0.5, 0.25]
     assert cfg.methods == ["topk_magnitude", "attention_score", "random", "spatial_pool"]
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
+    assert cfg.settings == benchmark.DEFAULT_SITE_SETTINGS and cfg.policy_episodes == 50

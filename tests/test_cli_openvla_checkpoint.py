@@ -45,6 +45,7 @@ def test_benchmark_runs_on_the_checkpoint(checkpoint: Path, tmp_path: Path, caps
     records = benchmark.main(benchmark.parse_config([
         "--vla_path", str(checkpoint), "--methods", "[topk_magnitude]", "--ratios", "[0.5]", "--num_runs", "1",
         "--warmup", "0", "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1",
+        "--settings", "[]", "--policy_episodes", "0",
     ]))
     assert [(r["method"], r["num_patches"]) for r in records] == [("none", 256), ("topk_magnitude", 128)]
     meta = json.loads((out / "results.json").read_text())["meta"]

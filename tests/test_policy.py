@@ -54,8 +54,10 @@ def test_eval_policy_cli(trained: dict, tmp_path: Path) -> None:
         "--ratios", "0.5", "--settings", "vision:attention:0.25@0.5", "llm:attention:0.5@0.5",
         "--timing_runs", "1", "--progress", "false", "--output_dir", str(out), "--num_threads", "1",
     ]))
-    assert [r["method"] for r in records] == ["none", "topk_magnitude:0.5", "spatial_pool:2x2",
-                                              "vision:attention:0.25@0.5", "llm:attention:0.5@0.5"]
+    assert [r["setting"] for r in records] == ["none", "topk_magnitude:0.5", "spatial_pool:2x2",
+                                               "vision:attention:0.25@0.5", "llm:attention:0.5@0.5"]
+    assert [r["method"] for r in records] == ["none", "topk_magnitude", "spatial_pool", "vision:attention@0.5",
+                                              "llm:attention@0.5"]
     assert [r["num_patches"] for r in records] == [256, 128, 64, 64, 256]
     assert records[-1]["llm_visual_tokens"] == 128
     for r in records:
@@ -76,7 +78,7 @@ def test_eval_offline_cli(trained: dict, tmp_path: Path) -> None:
         "--ratios", "0.25", "--settings", "llm:attention:0.25@0.5", "--progress", "false", "--output_dir", str(out),
         "--num_threads", "1",
     ]))
-    assert [r["method"] for r in records] == ["none", "random:0.25", "llm:attention:0.25@0.5"]
+    assert [r["setting"] for r in records] == ["none", "random:0.25", "llm:attention:0.25@0.5"]
     base = records[0]
     assert base["action_l1_to_unreduced"] == 0.0 and base["token_agreement"] == 1.0 and base["samples"] == 5
     assert all(r["action_l1_to_demo"] >= 0 and 0 <= r["token_agreement"] <= 1 for r in records)

@@ -35,6 +35,9 @@ from prismatic_tr.bench.devices import resolve_dtype as _resolve_dtype
 from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
+# Reduction inside the vision towers and inside the language model (see prismatic_tr.bench.policy_settings).
+DEFAULT_SITE_SETTINGS = ["vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "llm:attention:0.25@0.25",
+                         "vision:attention:0.5@0.25+llm:attention:0.5@0.25"]
 
 
 @dataclass
@@ -46,6 +49,8 @@ class BenchmarkConfig:
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))  # reduction methods
     ratios: list[float] = field(default_factory=lambda: [0.75, 0.5, 0.25])     # fractions of visual tokens kept
     spatial_merge_size: int = 2                # spatial_pool window (keeps 1 / size**2 of the tokens)
+    settings: list[str] = field(default_factory=lambda: list(DEFAULT_SITE_SETTINGS))  # further specs: vision / llm sites
+    policy_episodes: int = 50                  # closed-loop episodes of the bundled trained policy per setting (0: none)
     num_runs: int = 10                         # timed rounds (every setting once per round, interleaved)
     warmup: int = 2                            # untimed rounds first
     batch_size: int = 1                        # images (same instruction) per step
@@ -64,6 +69,12 @@ class BenchmarkConfig:
         from prismatic_tr.bench.policy_settings import build_settings
 
         build_settings(self.methods, self.ratios, self.spatial_merge_size)  # names a bad method/ratio/size
+        from prismatic_tr.bench.policy_settings import parse_setting
+
+        for spec in self.settings:
+            parse_setting(spec)
+        if isinstance(self.policy_episodes, bool) or self.policy_episodes < 0:
+            raise ValueError(f"--policy_episodes {self.policy_episodes!r} is not allowed; use an integer >= 0")
         for name, low in (("num_runs", 1), ("warmup", 0), ("batch_size", 1), ("num_threads", 0)):
             if getattr(self, name) < low:
                 raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
@@ -215,13 +226,34 @@ def headline(records: list[dict]) -> str:
     """Per setting: speedup against its Amdahl bound and the reducer's share of the vision time."""
     lines = []
     for r in records[1:]:
-        lines.append(
-            f"  {r['method']:>15} keep {r['reduction_ratio']:.3g}: speedup {r['speedup']:.3f} of ideal "
-            f"{r['ideal_speedup']:.3f} (efficiency {r['efficiency']:.2f}); prefill {r['prefill_speedup']:.3f} of "
-            f"{r['prefill_ideal_speedup']:.3f} ({r['prefill_efficiency']:.2f}); reducer "
-            f"{r['reducer_pct_of_vision']:.2f}% of vision" + ("  [NOISY: not a result]" if r.get("noise_flag") else "")
-        )
+        bound = (f" (phases {r['speedup']:.3f} of ideal {r['ideal_speedup']:.3f}, efficiency {r['efficiency']:.2f}; "
+                 f"prefill {r['prefill_speedup']:.3f} of {r['prefill_ideal_speedup']:.3f}; reducer "
+                 f"{r['reducer_pct_of_vision']:.2f}% of vision)") if r.get("ideal_speedup") is not None else \
+            f" (phases {r['speedup']:.3f})"
+        success = f"; success {r['success_rate']:.0%}" if r.get("success_rate") is not None else ""
+        lines.append(f"  {r['setting']:>34}: predict_action {r['predict_action_speedup']:.3f}x{bound}{success}"
+                     + ("  [NOISY: not a result]" if r.get("noise_flag") else ""))
     return "\n".join(lines)
+
+
+def add_policy_fidelity(records: list[dict], cfg: BenchmarkConfig) -> str:
+    """Success and action error of the bundled trained policy under the same settings, merged into the records;
+    returns a line for the metadata saying what was done (or why not)."""
+    if cfg.policy_episodes == 0:
+        return "not measured (--policy_episodes 0)"
+    from prismatic_tr.bench.policy_settings import parse_setting
+    from prismatic_tr.policy.fidelity import EVAL_SEED, policy_fidelity
+
+    try:
+        fields = policy_fidelity([parse_setting(r["setting"]) for r in records], cfg.policy_episodes)
+    except ValueError as err:  # the bundled policy is missing
+        print(f"NOTE: no policy fidelity: {err}")
+        return f"not measured: {err}"
+    for rec in records:
+        rec.update(fields[rec["setting"]])
+    return (f"bundled tabletop policy (prismatic_tr/assets/tabletop_policy): {cfg.policy_episodes} closed-loop episodes "
+            f"per setting from seed {EVAL_SEED}, same seeds for every setting; action error on the scripted "
+            "expert's steps")
 
 
 def main(cfg: BenchmarkConfig) -> list[dict]:
@@ -245,7 +277,9 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     records = benchmark_token_reduction(
         vla, inputs, methods=cfg.methods, ratios=cfg.ratios, spatial_merge_size=cfg.spatial_merge_size,
         num_runs=cfg.num_runs, warmup=cfg.warmup, progress=cfg.progress, unnorm_key=cfg.unnorm_key, seed=cfg.seed,
+        extra_settings=cfg.settings,
     )
+    meta["policy_fidelity"] = add_policy_fidelity(records, cfg)
     print(format_table(records))
     print("latencies: medians in ms; speedup = baseline total / total (same run, interleaved); ideal = Amdahl "
           "bound; MACs per step; peak MB only on CUDA")
@@ -254,7 +288,13 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     print("\n".join(warnings) if warnings else "noise: no row flagged (" + NoiseRule().describe() + ")")
     meta["wall_s"] = round(time.perf_counter() - start, 1)
     meta["noisy_rows"] = sum(bool(r["noise_flag"]) for r in records)
-    for path in write_outputs(records, meta, cfg.output_dir):
+    paths = write_outputs(records, meta, cfg.output_dir)
+    if any(r.get("success_rate") is not None for r in records):
+        from prismatic_tr.policy.report import plot_tradeoff
+
+        paths.append(plot_tradeoff(records, cfg.output_dir / "tradeoff.png",
+                                   f"success of the bundled policy against predict_action speedup of {source}"))
+    for path in paths:
         print(f"wrote {path}")
     print(f"finished in {meta['wall_s']:.0f} s")
     if cfg.strict and warnings:

@@ -94,7 +94,7 @@ def prepare(cfg: EvalOfflineConfig) -> tuple[Any, Any, str, list[dict[str, Any]]
 
 
 OFFLINE_COLUMNS = (
-    ("setting", "method", "{}"), ("tokens", "num_patches", "{}"), ("llm tokens", "llm_visual_tokens", "{}"),
+    ("setting", "setting", "{}"), ("tokens", "num_patches", "{}"), ("llm tokens", "llm_visual_tokens", "{}"),
     ("L1 to demo", "action_l1_to_demo", "{:.4f}"), ("L1 to unreduced", "action_l1_to_unreduced", "{:.4f}"),
     ("token agreement", "token_agreement", "{:.3f}"), ("samples", "samples", "{}"),
 )

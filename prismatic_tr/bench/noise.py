@@ -67,23 +67,26 @@ def _ratio(a: float, b: float) -> float:
 
 
 def gauge_rows(vision_ms: Sequence[float], total_p10_ms: Sequence[float], total_p90_ms: Sequence[float],
-               rule: NoiseRule = NoiseRule()) -> list[NoiseGauge]:
+               rule: NoiseRule = NoiseRule(), vision_reduced: Sequence[bool] | None = None) -> list[NoiseGauge]:
     """One :class:`NoiseGauge` per row; row 0 is the baseline.
 
     A row is flagged when its vision median departs from the baseline's by more than
     ``rule.vision_tolerance`` (relative), or its total's p90/p10 exceeds ``rule.spread_limit``. The
     baseline is flagged on its spread, or when its own vision median departs by more than the tolerance
     from the median of all rows' vision medians (then it is the odd one out and every speedup is off).
+    Rows whose vision phase does less work (``vision_reduced``: reduction inside the vision towers) are
+    gauged on their spread only and left out of that median.
     """
     if not len(vision_ms) == len(total_p10_ms) == len(total_p90_ms) >= 1:
         raise ValueError("gauge_rows() needs equally long, non-empty vision / p10 / p90 sequences")
+    reduced = list(vision_reduced) if vision_reduced is not None else [False] * len(vision_ms)
     base = vision_ms[0]
-    typical = statistics.median(vision_ms)
+    typical = statistics.median([v for v, r in zip(vision_ms, reduced, strict=True) if not r])
     out = []
     for i, (v, p10, p90) in enumerate(zip(vision_ms, total_p10_ms, total_p90_ms, strict=True)):
         ratio, spread = _ratio(v, base), _ratio(p90, p10)
         reasons = []
-        if i > 0 and abs(ratio - 1.0) > rule.vision_tolerance:
+        if i > 0 and not reduced[i] and abs(ratio - 1.0) > rule.vision_tolerance:
             reasons.append(f"vision {v:.1f} ms is {ratio:.2f}x the baseline's {base:.1f} ms "
                            f"(tolerance {rule.vision_tolerance:.0%})")
         if i == 0 and abs(_ratio(v, typical) - 1.0) > rule.vision_tolerance:
@@ -99,7 +102,8 @@ def add_noise_fields(records: list[dict[str, Any]], rule: NoiseRule = NoiseRule(
     """Add ``vision_vs_baseline``, ``total_spread``, ``noise_flag`` and ``noise_reason`` to every record
     (baseline first; needs ``vision_ms``, ``total_ms_p10``, ``total_ms_p90``) in place."""
     gauges = gauge_rows([r["vision_ms"] for r in records], [r["total_ms_p10"] for r in records],
-                        [r["total_ms_p90"] for r in records], rule)
+                        [r["total_ms_p90"] for r in records], rule,
+                        [bool(r.get("vision_reduced")) for r in records])
     for rec, g in zip(records, gauges, strict=True):
         rec.update(vision_vs_baseline=g.vision_vs_baseline, total_spread=g.total_spread,
                    noise_flag=g.noise_flag, noise_reason=g.noise_reason)

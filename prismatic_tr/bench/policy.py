@@ -53,40 +53,52 @@ from prismatic_tr.bench.policy_measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.policy_settings import PHASES, POOL_METHOD, Setting, build_settings
+from prismatic_tr.bench.policy_settings import (
+    BASELINE,
+    PHASES,
+    POOL_METHOD,
+    Setting,
+    build_settings,
+    parse_setting,
+)
 from prismatic_tr.bench.policy_step import PolicyStep, StepInputs, prepare_inputs, timed_call
 from prismatic_tr.bench.timing import Timer, summarize
-from prismatic_tr.vla import (
-    apply_token_reduction_to_vla,
-    get_token_reduction,
-    remove_token_reduction,
-    unwrap_vla,
-)
+from prismatic_tr.vla import reductions_attached, remove_token_reduction, unwrap_vla
 
 
 def _timed_rounds(
-    step: PolicyStep, reducers: list[nn.Module | None], num_runs: int, warmup: int, device: torch.device,
-    progress: bool,
-) -> list[dict[str, list[float]]]:
-    """Warm-up, then ``num_runs`` interleaved rounds; ``[{phase: [ms per run]}]`` per setting."""
+    vla: nn.Module, step: PolicyStep, settings: list[Setting], reducers: list[nn.Module | None], num_runs: int,
+    warmup: int, device: torch.device, progress: bool, seed: int, unnorm_key: str,
+) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
+    """Warm-up, then ``num_runs`` interleaved rounds (A B C, C B A, ...). In every round each setting is attached
+    (outside the timed region), its step is timed phase by phase, then the model's own ``predict_action`` on the
+    same inputs is timed, and the setting is detached. Returns ``[{phase: [ms]}]`` and ``[[predict_action ms]]``."""
     from tqdm.auto import tqdm
 
-    timers = [Timer(device) for _ in reducers]
-    order = list(range(len(reducers)))
-    bar = tqdm(total=(warmup + num_runs) * len(reducers), desc="policy benchmark", disable=not progress,
+    timers = [Timer(device) for _ in settings]
+    e2e = [Timer(device) for _ in settings]
+    order = list(range(len(settings)))
+    bar = tqdm(total=(warmup + num_runs) * len(settings), desc="policy benchmark", disable=not progress,
                leave=False)
-    for _ in range(warmup):
-        for i in order:
-            step.run(reducers[i])
-            bar.update()
-    for r in range(num_runs):
+    predict = lambda: step.predict_action(unnorm_key)  # noqa: E731
+
+    for r in range(-warmup, num_runs):
         for i in order if r % 2 == 0 else order[::-1]:
-            timers[i].start()
-            step.run(reducers[i], timed_call(timers[i]))
-            timers[i].stop()
+            with reductions_attached(vla, settings[i].reductions(seed)):
+                if r < 0:
+                    step.run(reducers[i])
+                    predict()
+                else:
+                    timers[i].start()
+                    step.run(reducers[i], timed_call(timers[i]))
+                    timers[i].stop()
+                    e2e[i].start()
+                    with e2e[i].phase("predict_action"):
+                        predict()
+                    e2e[i].stop()
             bar.update()
     bar.close()
-    return [t.results() for t in timers]
+    return [t.results() for t in timers], [t.results()["predict_action"] for t in e2e]
 
 
 def _timing_fields(samples: dict[str, list[float]]) -> dict[str, float]:
@@ -106,6 +118,7 @@ def add_speedup_fields(records: list[dict], text_tokens: int) -> None:
 
     Ideal (Amdahl) total for K visual tokens out of N, T text tokens, baseline medians V, P, F, D:
     ``V + P * K / N + F * (T + K) / (T + N) + D`` (reducer free); ``ideal_speedup`` = (V + P + F + D) / that.
+    The bound models the projector site only; rows of other sites get None for the ideal fields.
     """
     base = records[0]
     n_in = base["num_patches"]
@@ -117,11 +130,14 @@ def add_speedup_fields(records: list[dict], text_tokens: int) -> None:
                        + base["decode_ms"])
         rec["speedup"] = base["total_ms"] / rec["total_ms"]
         rec["prefill_speedup"] = base["prefill_ms"] / rec["prefill_ms"]
+        rec["reducer_pct_of_vision"] = 100.0 * rec["reducer_ms"] / rec["vision_ms"]
+        if rec.get("site", "projector") not in ("projector", BASELINE):
+            rec.update(prefill_ideal_speedup=None, prefill_efficiency=None, ideal_speedup=None, efficiency=None)
+            continue
         rec["prefill_ideal_speedup"] = prefill_ideal
         rec["prefill_efficiency"] = rec["prefill_speedup"] / prefill_ideal
         rec["ideal_speedup"] = base_sum / ideal_total
         rec["efficiency"] = rec["speedup"] / rec["ideal_speedup"]
-        rec["reducer_pct_of_vision"] = 100.0 * rec["reducer_ms"] / rec["vision_ms"]
 
 
 def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, reducer: nn.Module | None,
@@ -130,16 +146,20 @@ def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, reducer: nn.Mo
     if reducer is not None:
         reducer.reseed()
     out, macs = phase_macs(step, reducer)
-    n_in, k = out.shapes["vision_features_shape"][1], out.shapes["reduced_features_shape"][1]
-    pool = s.method == POOL_METHOD
+    n_in, k = step.num_patches, out.shapes["reduced_features_shape"][1]
+    first = s.parts[0] if s.parts else s
+    pool = first.method == POOL_METHOD
     rec: dict = {
-        "method": s.method, "reduction_ratio": k / n_in if pool else s.reduction_ratio,
-        "spatial_merge_size": s.spatial_merge_size if pool else None, "num_patches": k, "num_patches_in": n_in,
-        "tokens_kept": k / n_in, "seq_len": out.seq_len, "batch_size": out.shapes["pixel_values_shape"][0],
+        "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or BASELINE,
+        "reduction_ratio": k / n_in if pool else first.reduction_ratio, "depth_fraction": first.depth_fraction,
+        "spatial_merge_size": first.spatial_merge_size if pool else None, "num_patches": k, "num_patches_in": n_in,
+        "llm_visual_tokens": out.llm_visual_tokens, "tokens_kept": out.llm_visual_tokens / n_in,
+        "seq_len": out.seq_len,
+        "batch_size": out.shapes["pixel_values_shape"][0], "vision_reduced": any(p.site == "vision" for p in s.parts),
         **out.shapes, **macs,
     }
     rec.update(step_peak_memory_mb(step, reducer))
-    answer = base if s.is_baseline else model_answer(vla, step.inputs, unnorm_key, step.num_action_tokens, reducer)
+    answer = base if s.is_baseline else model_answer(vla, step, unnorm_key, reducer)
     rec.update(fidelity(base, answer, out.tokens))
     return rec
 
@@ -157,6 +177,7 @@ def benchmark_token_reduction(
     unnorm_key: str | None = None,
     num_action_tokens: int | None = None,
     seed: int = 0,
+    extra_settings: Sequence[str | Setting] = (),
 ) -> list[dict]:
     """Benchmark one control step of ``vla`` unreduced and under each reduction setting.
 
@@ -165,7 +186,9 @@ def benchmark_token_reduction(
             (any reduction already attached is detached for the run and put back after).
         sample_inputs: processor outputs: ``input_ids`` (B, L), ``attention_mask`` (B, L),
             ``pixel_values`` (B, C, H, W).
-        methods, ratios, spatial_merge_size: the settings, see :func:`build_settings`.
+        methods, ratios, spatial_merge_size: projector-site settings, see :func:`build_settings`.
+        extra_settings: further settings (specs such as ``"vision:attention:0.25@0.3"`` or ``"llm:attention:0.5@0.25"``,
+            combinations joined with ``+``; see :mod:`prismatic_tr.bench.policy_settings`).
         num_runs: timed rounds (every setting once per round); warmup: untimed rounds first.
         device: where the model lives (default: its parameters' device); must match the model.
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).
@@ -179,7 +202,8 @@ def benchmark_token_reduction(
         raise ValueError(f"num_runs={num_runs!r} is not allowed; use an integer >= 1")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup={warmup!r} is not allowed; use an integer >= 0")
-    settings = build_settings(methods, ratios, spatial_merge_size)
+    settings = list(dict.fromkeys(build_settings(methods, ratios, spatial_merge_size)
+                                  + [x if isinstance(x, Setting) else parse_setting(x) for x in extra_settings]))
     dev = check_device(vla, device)
     unnorm_key = pick_unnorm_key(vla, unnorm_key)
     if num_action_tokens is None:
@@ -198,25 +222,25 @@ def benchmark_token_reduction(
 def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch.device, num_runs: int,
          warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int) -> list[dict]:
     step = PolicyStep(vla, inputs, num_action_tokens)
-    base = model_answer(vla, inputs, unnorm_key, num_action_tokens)
-    n_in = step.vision().shape[1]
+    base = model_answer(vla, step, unnorm_key)
     reducers: list[nn.Module | None] = []
     records: list[dict] = []
     for s in settings:
-        reducer = None
-        if not s.is_baseline:
-            apply_token_reduction_to_vla(vla, s.method, s.reduction_ratio, s.spatial_merge_size, seed=seed)
-            reducer = get_token_reduction(vla).reducer_for(n_in)
-        try:
+        with reductions_attached(vla, s.reductions(seed)) as handles:
+            projector = next((h for h in handles if h.settings.site == "projector"), None)
+            reducer = projector.reducer_for(step.num_patches) if projector is not None else None
             records.append(_setting_record(vla, step, s, reducer, base, unnorm_key))
-        finally:
-            remove_token_reduction(vla)
         reducers.append(reducer)
-    samples = _timed_rounds(step, reducers, num_runs, warmup, dev, progress)
-    for rec, smp in zip(records, samples, strict=True):
+    samples, e2e = _timed_rounds(vla, step, settings, reducers, num_runs, warmup, dev, progress, seed, unnorm_key)
+    for rec, smp, pa in zip(records, samples, e2e, strict=True):
         rec.update(_timing_fields(smp))
+        stats = summarize(pa)
+        rec.update(predict_action_ms=stats["median"], predict_action_ms_p10=stats["p10"],
+                   predict_action_ms_p90=stats["p90"], overhead_ms=stats["median"] - rec["total_ms"])
         rec.update(num_runs=num_runs, warmup=warmup, device=str(dev),
                    dtype=str(inputs.pixel_values.dtype).replace("torch.", ""))
+    for rec in records:
+        rec["predict_action_speedup"] = records[0]["predict_action_ms"] / rec["predict_action_ms"]
     add_speedup_fields(records, text_tokens=records[0]["seq_len"] - records[0]["num_patches"])
     add_noise_fields(records)
     return records

@@ -11,31 +11,35 @@ from torch import nn
 
 from prismatic_tr.bench.devices import as_device
 from prismatic_tr.bench.policy_settings import PHASES
-from prismatic_tr.bench.policy_step import PolicyStep, StepInputs, StepOutput, counted_call
+from prismatic_tr.bench.policy_step import PolicyStep, StepOutput, counted_call
 from prismatic_tr.eval import kl_divergence, top1_agreement
-from prismatic_tr.vla import TokenReductionSettings, attach_token_reduction, get_token_reduction, unwrap_vla
+from prismatic_tr.vla import (
+    TokenReductionSettings,
+    attach_token_reduction,
+    get_token_reduction,
+    remove_token_reduction,
+    unwrap_vla,
+)
 
 
 @dataclass
 class SavedState:
-    """What a benchmark may touch: each module's train/eval flag and the attached reduction (if any)."""
+    """What a benchmark may touch: each module's train/eval flag and the attached reductions (every site)."""
 
     training: dict[nn.Module, bool]
-    reduction: TokenReductionSettings | None
+    reductions: list[TokenReductionSettings]
 
 
 def model_state(vla: nn.Module) -> SavedState:
-    handle = get_token_reduction(vla)
-    return SavedState({m: m.training for m in vla.modules()}, handle.settings if handle is not None else None)
+    handles = [get_token_reduction(vla), get_token_reduction(vla, site="llm")]
+    return SavedState({m: m.training for m in vla.modules()}, [h.settings for h in handles if h is not None])
 
 
 def restore_model_state(vla: nn.Module, saved: SavedState) -> None:
-    """Put back train/eval flags and the reduction found before the benchmark (none if there was none)."""
-    handle = get_token_reduction(vla)
-    if handle is not None:
-        handle.remove()
-    if saved.reduction is not None:
-        attach_token_reduction(vla, saved.reduction)
+    """Put back train/eval flags and the reductions found before the benchmark (none if there were none)."""
+    remove_token_reduction(vla)
+    for settings in saved.reductions:
+        attach_token_reduction(vla, settings)
     for module, flag in saved.training.items():
         module.training = flag
 
@@ -95,22 +99,19 @@ class ModelAnswer:
     actions: np.ndarray
 
 
-def model_answer(vla: nn.Module, inputs: StepInputs, unnorm_key: str, num_action_tokens: int,
-                 reducer: nn.Module | None = None) -> ModelAnswer:
-    """``generate`` (greedy, logits kept) and ``predict_action`` of ``vla`` as it is (reduction attached
-    or not). A ``random`` reducer is reseeded before each call so both see the same draw."""
-    model = unwrap_vla(vla)
-    b = inputs.input_ids.shape[0]
+def model_answer(vla: nn.Module, step: PolicyStep, unnorm_key: str, reducer: nn.Module | None = None) -> ModelAnswer:
+    """Greedy action tokens with their logits on the step's prompt (the one ``predict_action`` builds) and the
+    user's model's own ``predict_action``, as ``vla`` is (reduction attached or not). A ``random`` reducer is
+    reseeded before each call so both see the same draw."""
+    inputs, b = step.inputs, step.inputs.input_ids.shape[0]
     if reducer is not None:
         reducer.reseed()
-    gen = model.generate(inputs.input_ids, inputs.pixel_values, attention_mask=inputs.attention_mask,
-                         max_new_tokens=num_action_tokens, do_sample=False, return_logits=True)
+    gen = step.model.generate_from_prompt(step.prompt, inputs.pixel_values, max_new_tokens=step.num_action_tokens,
+                                          return_logits=True)
     if reducer is not None:
         reducer.reseed()
-    actions = model.predict_action(input_ids=inputs.input_ids, pixel_values=inputs.pixel_values,
-                                   unnorm_key=unnorm_key, do_sample=False)
-    return ModelAnswer(gen.logits.float().cpu(), gen.sequences[:, -num_action_tokens:].cpu(),
-                       np.asarray(actions, dtype=np.float64).reshape(b, -1))
+    actions = step.predict_action(unnorm_key)
+    return ModelAnswer(gen.logits.float().cpu(), gen.sequences.cpu(), np.asarray(actions, dtype=np.float64).reshape(b, -1))
 
 
 def fidelity(base: ModelAnswer, other: ModelAnswer, step_tokens: torch.Tensor) -> dict[str, float]:

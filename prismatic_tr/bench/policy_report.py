@@ -16,17 +16,20 @@ NOISE_LABEL = "noisy row (noise_flag)"
 
 # (header, record key, format) of the printed table.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("method", "method", "{}"),
-    ("keep", "reduction_ratio", "{:.3g}"),
+    ("setting", "setting", "{}"),
     ("tokens", "num_patches", "{}"),
-    ("total ms", "total_ms", "{:.1f}"),
+    ("llm tok", "llm_visual_tokens", "{}"),
+    ("e2e ms", "predict_action_ms", "{:.1f}"),
+    ("e2e x", "predict_action_speedup", "{:.3f}"),
+    ("success", "success_rate", "{:.0%}"),
+    ("phases ms", "total_ms", "{:.1f}"),
     ("p10-p90", "_total_spread", "{}"),
     ("vision", "vision_ms", "{:.1f}"),
     ("reducer", "reducer_ms", "{:.2f}"),
     ("proj", "projector_ms", "{:.2f}"),
     ("prefill", "prefill_ms", "{:.1f}"),
     ("decode", "decode_ms", "{:.1f}"),
-    ("speedup", "speedup", "{:.3f}"),
+    ("phases x", "speedup", "{:.3f}"),
     ("ideal", "ideal_speedup", "{:.3f}"),
     ("eff", "efficiency", "{:.3f}"),
     ("prefill x", "prefill_speedup", "{:.3f}"),
@@ -101,7 +104,7 @@ def _line_panel(ax: Any, records: Sequence[dict[str, Any]], key: str, ylabel: st
         ax.plot(xs, [r[key] for r in rs] + [base[key]], marker="os^Dv"[i % 5], markersize=8 - i, alpha=0.85,
                 label=method)
     if ideal:
-        pts = sorted({(r["tokens_kept"], r["ideal_speedup"]) for r in records})
+        pts = sorted({(r["tokens_kept"], r["ideal_speedup"]) for r in records if r.get("ideal_speedup") is not None})
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", label="ideal (Amdahl)")
     noisy = [(r["tokens_kept"], r[key]) for r in records if r.get("noise_flag")]
     if noisy:  # a red ring around every point of a flagged row
@@ -113,7 +116,7 @@ def _line_panel(ax: Any, records: Sequence[dict[str, Any]], key: str, ylabel: st
 
 
 def _bar_label(rec: dict[str, Any]) -> str:
-    label = rec["method"] if rec["method"] == "none" else f"{rec['method']}\n{rec['tokens_kept']:.2f}"
+    label = rec.get("setting", rec["method"])
     return f"{label}\n{NOISY_MARK}" if rec.get("noise_flag") else label
 
 
@@ -142,7 +145,7 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "") -> Any:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
-    _line_panel(axes[0], records, "speedup", "end-to-end speedup (x)", ideal=True)
+    _line_panel(axes[0], records, "predict_action_speedup", "end-to-end speedup of predict_action (x)", ideal=True)
     _line_panel(axes[1], records, "action_token_agreement", "action-token agreement")
     _line_panel(axes[2], records, "action_mae", "mean |delta action| (un-normalised)")
     axes[0].legend(fontsize=7)
@@ -157,8 +160,9 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "") -> Any:
 
 
 def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """PNG: speedup (with the Amdahl bound), action-token agreement and action error against the
-    fraction of tokens kept, and a stacked bar of the phase medians of every setting; noisy rows marked."""
+    """PNG: end-to-end ``predict_action`` speedup (with the Amdahl bound of the projector site), action-token
+    agreement and action error against the fraction of visual tokens the LLM keeps, and a stacked bar of the
+    phase medians of every setting; noisy rows marked."""
     import matplotlib.pyplot as plt
 
     fig = build_figure(records, title)

@@ -55,6 +55,15 @@ class Setting:
         """The spec this setting is written as (see the module docstring); "none" for the baseline."""
         return "+".join(_part_label(p) for p in self.parts) if not self.is_baseline else BASELINE
 
+    @property
+    def family(self) -> str:
+        """The label without the amounts kept: what a curve over ratios shares (``topk_magnitude``,
+        ``vision:attention@0.3``, ``vision:attention@0.3+llm:attention@0.25``); "none" for the baseline."""
+        if self.is_baseline:
+            return BASELINE
+        return "+".join(p.method if p.site == "projector" else f"{p.site}:{p.method}@{p.depth_fraction:g}"
+                        for p in self.parts)
+
     def reductions(self, seed: int = 0) -> list[Any]:
         """The :class:`prismatic_tr.vla.TokenReductionSettings` to attach, one per site (validated)."""
         from prismatic_tr.vla.settings import TokenReductionSettings

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -25,7 +26,7 @@ from prismatic_tr.bench.policy_settings import PHASES  # noqa: F401  (re-exporte
 from prismatic_tr.bench.timing import Timer
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
-from prismatic_tr.vla import unwrap_vla
+from prismatic_tr.vla import get_token_reduction, unwrap_vla
 
 REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "make_prompt", "generate", "predict_action")
 
@@ -64,6 +65,7 @@ class StepOutput:
     first_logits: torch.Tensor
     shapes: dict[str, list[int]]
     seq_len: int
+    llm_visual_tokens: int  # visual tokens the LLM's last layers kept (fewer than projected with the llm site)
 
 
 def prepare_inputs(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], device: torch.device) -> StepInputs:
@@ -81,12 +83,23 @@ def prepare_inputs(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], devic
     return StepInputs(ids, mask, sample_inputs["pixel_values"].to(device=device, dtype=dtype))
 
 
+def phase_model(model: nn.Module) -> nn.Module:
+    """The model whose pieces the phases call: ``model`` itself when it has this package's inference API (the
+    native model), else :class:`prismatic_tr.models.OpenVLAAdapter` over it (OpenVLA's remote-code model: its own
+    vision backbone, projector and language model, this package's prompt and decode loop)."""
+    if all(callable(getattr(model, a, None)) for a in REQUIRED_API):
+        return model
+    from prismatic_tr.models.adapter import OpenVLAAdapter
+
+    return OpenVLAAdapter(model)
+
+
 class PolicyStep:
     """The phases of one control step of ``vla`` on fixed inputs.
 
     Args:
-        vla: an OpenVLA-style model (``vision_backbone``, ``projector``, ``language_model``,
-            ``build_multimodal_inputs``), possibly wrapped (PEFT, DDP, ``torch.compile``).
+        vla: an OpenVLA model (native, or OpenVLA's remote-code model: phases through
+            :func:`phase_model`), possibly wrapped (PEFT, DDP, ``torch.compile``).
         inputs: the prompt and image(s), see :class:`StepInputs`.
         num_action_tokens: tokens decoded per step (7 for OpenVLA).
     """
@@ -94,17 +107,26 @@ class PolicyStep:
     def __init__(self, vla: nn.Module, inputs: StepInputs, num_action_tokens: int = 7) -> None:
         if num_action_tokens < 1:
             raise ValueError(f"num_action_tokens={num_action_tokens} is not allowed; use an integer >= 1")
-        self.model = unwrap_vla(vla)
-        missing = [a for a in REQUIRED_API if not callable(getattr(self.model, a, None))]
-        if missing:
-            raise ValueError(
-                f"{type(self.model).__name__} lacks {missing}: the policy benchmark needs the reference-model API "
-                f"({', '.join(REQUIRED_API)}); Hugging Face OpenVLA remote-code checkpoints are not supported yet"
-            )
+        self.user_model = unwrap_vla(vla)  # the model whose predict_action users call
+        self.model = phase_model(self.user_model)
         self.inputs = inputs
         self.num_action_tokens = num_action_tokens
         # The prompt exactly as predict_action prepares it (OpenVLA's empty token appended where missing).
         self.prompt = self.model.make_prompt(inputs.input_ids, inputs.attention_mask, for_actions=True)
+        with torch.no_grad():
+            self.num_patches = int(self.vision().shape[1])  # unreduced (call before attaching reductions)
+
+    def predict_action(self, unnorm_key: str) -> np.ndarray:
+        """The user's model's own ``predict_action`` on the step's inputs (greedy): what a control loop calls."""
+        i = self.inputs
+        return self.user_model.predict_action(input_ids=i.input_ids, pixel_values=i.pixel_values,
+                                              attention_mask=i.attention_mask, unnorm_key=unnorm_key, do_sample=False)
+
+    def llm_visual_tokens(self, projected: int) -> int:
+        """Visual tokens the LLM kept in the last prefill: the llm site's choice if attached, else all."""
+        handle = get_token_reduction(self.user_model, site="llm")
+        kept = handle.last_kept if handle is not None else None
+        return int(kept.shape[1]) if kept is not None else projected
 
     def vision(self) -> torch.Tensor:
         """Unreduced backbone features (B, N, D); ``forward`` bypasses the reduction hook."""
@@ -143,7 +165,7 @@ class PolicyStep:
             "projected_shape": list(projected.shape),
             "action_tokens_shape": list(tokens.shape),
         }
-        return StepOutput(tokens, state.logits, shapes, state.seq_len)
+        return StepOutput(tokens, state.logits, shapes, state.seq_len, self.llm_visual_tokens(projected.shape[1]))
 
 
 def _plain_call(name: str, fn: Callable[[], T]) -> T:

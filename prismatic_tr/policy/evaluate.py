@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -22,19 +22,12 @@ from prismatic_tr.bench.timing import interleaved
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, run_episodes
-from prismatic_tr.vla import attach_token_reduction, remove_token_reduction, visual_token_count
+from prismatic_tr.vla import reductions_attached, visual_token_count
 
 
-@contextlib.contextmanager
-def reduction(vla: nn.Module, setting: Setting, seed: int = 0) -> Iterator[None]:
+def reduction(vla: nn.Module, setting: Setting, seed: int = 0) -> contextlib.AbstractContextManager[Any]:
     """``setting``'s reductions attached for the block (none for the baseline), removed after it."""
-    remove_token_reduction(vla)
-    try:
-        for r in setting.reductions(seed):
-            attach_token_reduction(vla, r)
-        yield
-    finally:
-        remove_token_reduction(vla)
+    return reductions_attached(vla, setting.reductions(seed))
 
 
 def llm_visual_tokens(setting: Setting, projector_tokens: int) -> int:
@@ -69,10 +62,12 @@ def evaluate_settings(
     on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per setting (baseline first): success with its Wilson interval, episodes, mean steps, the
-    tokens the projector and the LLM see, ``predict_action`` medians and the speedup over the baseline."""
+    tokens the projector and the LLM see, ``predict_action`` medians and the speedup over the baseline
+    (None with ``timing_repeats=0``)."""
     if not settings or not settings[0].is_baseline:
         raise ValueError("settings must start with the unreduced baseline ('none')")
-    timing = time_settings(vla, processor, settings, unnorm_key, config, seeds[0], timing_warmup, timing_repeats)
+    timing = time_settings(vla, processor, settings, unnorm_key, config, seeds[0], timing_warmup, timing_repeats) \
+        if timing_repeats > 0 else None
     records = []
     for s in settings:
         with reduction(vla, s):
@@ -80,9 +75,9 @@ def evaluate_settings(
             outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
                                     on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
         first = s.parts[0] if s.parts else s
-        stats = timing[s.label].as_dict()
+        stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
         records.append({
-            "method": s.label, "site": "+".join(p.site for p in s.parts) or "none",
+            "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
             "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
             "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
             **dataclasses.asdict(SuccessSummary.of(outcomes)),
@@ -91,5 +86,5 @@ def evaluate_settings(
         })
     base = records[0]["predict_action_ms"]
     for rec in records:
-        rec["predict_action_speedup"] = base / rec["predict_action_ms"]
+        rec["predict_action_speedup"] = base / rec["predict_action_ms"] if base is not None else None
     return records

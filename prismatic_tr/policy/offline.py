@@ -41,6 +41,19 @@ def read_steps(data_root_dir: str, dataset_name: str, split: str, max_samples: i
     return steps
 
 
+def expert_steps(seeds: Sequence[int], max_steps_per_episode: int | None = None) -> list[dict[str, Any]]:
+    """Steps of the scripted expert in the tabletop task (no dataset needed): what :func:`read_steps` returns."""
+    from prismatic_tr.envs import ScriptedExpert, make_episode, rollout
+
+    steps = []
+    for seed in seeds:
+        env = make_episode(int(seed))
+        result = rollout(env, ScriptedExpert().policy(env), record=True)
+        for image, action in list(zip(result.images, result.actions, strict=True))[:max_steps_per_episode]:
+            steps.append({"image": image, "instruction": result.instruction, "action": np.asarray(action, np.float64)})
+    return steps
+
+
 def _batches(steps: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
     for i in range(0, len(steps), size):
         yield steps[i : i + size]
@@ -86,7 +99,7 @@ def evaluate_offline(
             base_ids, base_actions = ids, actions
         first = s.parts[0] if s.parts else s
         records.append({
-            "method": s.label, "site": "+".join(p.site for p in s.parts) or "none",
+            "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
             "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
             "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
             "action_l1_to_demo": float(np.abs(actions - demo).mean()),

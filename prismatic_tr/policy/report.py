@@ -20,7 +20,7 @@ def format_rows(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 
 
 CLOSED_LOOP_COLUMNS = (
-    ("setting", "method", "{}"), ("tokens", "num_patches", "{}"), ("llm tokens", "llm_visual_tokens", "{}"),
+    ("setting", "setting", "{}"), ("tokens", "num_patches", "{}"), ("llm tokens", "llm_visual_tokens", "{}"),
     ("success", "success_rate", "{:.1%}"), ("95% CI low", "success_ci_low", "{:.1%}"),
     ("high", "success_ci_high", "{:.1%}"), ("episodes", "episodes", "{}"), ("steps", "mean_steps", "{:.1f}"),
     ("predict_action ms", "predict_action_ms", "{:.1f}"), ("speedup", "predict_action_speedup", "{:.2f}"),
@@ -39,8 +39,7 @@ def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: st
     fig, ax = plt.subplots(figsize=(8, 5.5))
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in records:
-        family = rec["method"].rsplit(":", 1)[0] if rec["method"] != "none" else "none"
-        groups.setdefault((rec["site"], family), []).append(rec)
+        groups.setdefault((rec["site"], rec["method"]), []).append(rec)
     for (site, family), recs in groups.items():
         recs = sorted(recs, key=lambda r: r[x])
         xs, ys = [r[x] for r in recs], [r[y] for r in recs]
@@ -51,7 +50,7 @@ def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: st
             high = [r["success_ci_high"] - r[y] for r in recs]
             ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, alpha=0.4, capsize=3)
         for r in recs:
-            ax.annotate(r["method"].split(":")[-1], (r[x], r[y]), fontsize=7, xytext=(3, 3),
+            ax.annotate(f"{r['reduction_ratio']:.2g}", (r[x], r[y]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
     ax.set_xlabel("end-to-end speedup of predict_action (x)")
     ax.set_ylabel("success rate" if y == "success_rate" else y)

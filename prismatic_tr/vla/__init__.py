@@ -7,6 +7,7 @@ from prismatic_tr.vla.attach import (
     apply_token_reduction_to_vla,
     attach_token_reduction,
     get_token_reduction,
+    reductions_attached,
     remove_token_reduction,
     visual_token_count,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "get_token_reduction",
     "monkey_patch_vision_backbone_with_reduction",
     "read_settings",
+    "reductions_attached",
     "remove_token_reduction",
     "unwrap_vla",
     "visual_token_count",

@@ -12,6 +12,8 @@ bypasses hooks) still returns the unreduced features.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -200,6 +202,17 @@ def apply_token_reduction_to_vla(
         keep_cls_token=keep_cls_token, seed=seed, depth_fraction=depth_fraction, num_queries=num_queries)
     attach_token_reduction(vla, settings)
     return vla
+
+
+@contextlib.contextmanager
+def reductions_attached(vla: nn.Module, settings: Sequence[TokenReductionSettings]) -> Iterator[list[Any]]:
+    """Attach every one of ``settings`` (one per site) for the block, after removing any reduction; remove
+    them all on exit. Yields the handles (none for an empty list: the unreduced model)."""
+    remove_token_reduction(vla)
+    try:
+        yield [attach_token_reduction(vla, s) for s in settings]
+    finally:
+        remove_token_reduction(vla)
 
 
 def remove_token_reduction(vla: nn.Module, site: str | None = None) -> bool:
