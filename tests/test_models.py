@@ -88,7 +88,7 @@ def test_vision_features_geometry(tiny: ReferenceOpenVLA) -> None:
 
 def test_featurizer_returns_penultimate_block_patches(fused: ReferenceOpenVLA) -> None:
     """The tower stops after block depth - 2 and equals OpenVLA's get_intermediate_layers bit for bit."""
-    from prismatic_tr.models.vision import penultimate_patch_features
+    from prismatic_tr.vit.penultimate import penultimate_patch_features
 
     for vit in (fused.vision_backbone.featurizer, fused.vision_backbone.fused_featurizer):
         img = torch.randn(2, 3, 224, 224)

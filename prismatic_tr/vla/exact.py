@@ -1,0 +1,71 @@
+"""Exact savings: work OpenVLA does whose result it throws away, removed without changing any output.
+
+OpenVLA's towers take the output of block ``depth - 2`` but ``get_intermediate_layers`` runs every block,
+the last one too (1 / 24 of DINOv2-L's blocks and 1 / 27 of SigLIP-so400m's). The native model stops after
+block ``depth - 2`` by construction (:mod:`prismatic_tr.models.vision`); :func:`apply_exact_savings` gives
+OpenVLA's remote-code model the same (each tower's instance ``forward`` replaced, undoably), and
+:func:`run_last_block` switches the native model back to OpenVLA's behaviour (to time what is saved). The
+other exact saving, the LM head on the last prompt position only during the prefill, is built into the native
+model's generation (:func:`prismatic_tr.models.generation.prefill`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from prismatic_tr.vit.penultimate import PenultimateForward
+from prismatic_tr.vla.locate import find_vision_backbone
+
+_SAVED_ATTR = "_prismatic_tr_exact_saved"
+
+
+def _towers(vla: nn.Module) -> list[nn.Module]:
+    backbone = find_vision_backbone(vla).backbone
+    towers = [t for t in (getattr(backbone, "featurizer", None), getattr(backbone, "fused_featurizer", None))
+              if t is not None]
+    if not towers or any(not hasattr(t, "blocks") or not hasattr(t, "patch_embed") for t in towers):
+        raise ValueError(f"{type(backbone).__name__} has no timm featurizer towers; exact savings need OpenVLA's layout")
+    return towers
+
+
+class ExactSavingsHandle:
+    """Undo handle of :func:`apply_exact_savings` (also a context manager)."""
+
+    def __init__(self, saved: list[tuple[nn.Module, bool, Any]]) -> None:
+        self._saved = saved
+
+    def remove(self) -> None:
+        """Put every tower's ``forward`` back exactly as it was; safe to call twice."""
+        for tower, had_own, old in self._saved:
+            if had_own:
+                tower.__dict__["forward"] = old
+            else:
+                tower.__dict__.pop("forward", None)
+            tower.__dict__.pop(_SAVED_ATTR, None)
+        self._saved = []
+
+    def __enter__(self) -> ExactSavingsHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def _set_forward(vla: nn.Module, run_last: bool) -> ExactSavingsHandle:
+    saved = []
+    for tower in _towers(vla):
+        saved.append((tower, "forward" in tower.__dict__, tower.__dict__.get("forward")))
+        tower.__dict__["forward"] = PenultimateForward(tower, run_last_block=run_last)
+    return ExactSavingsHandle(saved)
+
+
+def apply_exact_savings(vla: nn.Module) -> ExactSavingsHandle:
+    """Towers stop after block ``depth - 2`` (the block OpenVLA keeps); outputs bit-identical, ``remove()`` undoes."""
+    return _set_forward(vla, run_last=False)
+
+
+def run_last_block(vla: nn.Module) -> ExactSavingsHandle:
+    """Towers run every block as OpenVLA's ``get_intermediate_layers`` does (same outputs, more work); undoable."""
+    return _set_forward(vla, run_last=True)
