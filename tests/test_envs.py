@@ -26,7 +26,7 @@ from prismatic_tr.envs import (
     spec,
 )
 from prismatic_tr.envs.expert import CLOSE_HEIGHT, CLOSE_RADIUS, LOWER_Z
-from prismatic_tr.envs.render import gripper_box
+from prismatic_tr.envs.render import finger_boxes
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = range(50)
@@ -214,11 +214,16 @@ def test_what_the_expert_uses_is_visible():
     assert env._renderer.render((x, y, LOWER_Z), False).tobytes() != low.tobytes()
     assert np.abs(env._renderer.render((x, y, CLOSE_HEIGHT + 0.01), True).astype(int) - low).sum() > 2000
     assert CLOSE_RADIUS < spec.GRASP_RADIUS and LOWER_Z < CLOSE_HEIGHT < spec.GRASP_HEIGHT
-    for gx in (-spec.WORKSPACE_XY, spec.WORKSPACE_XY):
-        for gy in (-spec.WORKSPACE_XY, spec.WORKSPACE_XY):
-            for gz in spec.WORKSPACE_Z:
-                u0, v0, u1, v1 = gripper_box(gx, gy, gz, True)
-                assert 0 <= u0 and 0 <= v0 and u1 < spec.IMAGE_SIZE and v1 < spec.IMAGE_SIZE, (gx, gy, gz)
+    for u0, v0, u1, v1 in finger_boxes(True) + finger_boxes(False):  # the fingers sit inside the image
+        assert 0 <= u0 < u1 < spec.IMAGE_SIZE and 0 <= v0 < v1 < spec.IMAGE_SIZE
+    # eye in hand: the target's offset from the image centre is its offset from the effector
+    t = env.scene.target_object
+    u, v = spec.to_pixels(t.x, t.y, (x, y, z))
+    ppm = (spec.IMAGE_SIZE / 2) / spec.view_half_width(z)
+    assert u == pytest.approx(112 + ppm * (t.x - x)) and v == pytest.approx(112 - ppm * (t.y - y))
+    from prismatic_tr.envs.expert import HOVER_Z
+
+    assert spec.view_half_width(HOVER_Z) > spec.OBJECT_XY + spec.WORKSPACE_XY  # at travel height every object is in view
 
 
 def test_observation_format():

@@ -1,10 +1,12 @@
-"""Drawing a scene: textured table, objects, the effector's shadow and the gripper (numpy + Pillow).
+"""Drawing a scene: textured table, objects, and the view of the camera on the gripper (numpy + Pillow).
 
-Per episode, :class:`Renderer` draws the static part once (table texture and objects, supersampled 2x and
-box-filtered down, then lit) and the light map; per step it darkens the shadow under the effector, draws the
-gripper (open: fingers wide apart; closed: fingers together) and lights it. Everything the dynamics and the
-expert use is visible: the effector's x-y (gripper and shadow), its height (gap between gripper and
-shadow, gripper size), the gripper's state, and every object.
+Per episode, :class:`Renderer` draws the static table once in table coordinates (texture and objects,
+supersampled 2x and box-filtered down, on a floor that surrounds the table), and the light map. Per step it
+crops the square of table the eye-in-hand camera sees (centred on the effector's x-y, ``2 * view_half_width(z)``
+metres wide: the height is the zoom), resamples it to the image, draws the fingers at the centre (apart when
+open, together when closed) and lights it. Everything the dynamics and the expert use is visible: where each
+object is relative to the effector (its offset from the image centre), the effector's height (the zoom), the
+gripper's state, and every object within reach.
 """
 
 from __future__ import annotations
@@ -13,22 +15,32 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from prismatic_tr.envs.scene import Scene, SceneObject, TableLook
-from prismatic_tr.envs.spec import IMAGE_SIZE, OBJECT_RADIUS, PX_PER_M, SCALE_PER_M, to_pixels
+from prismatic_tr.envs.spec import (
+    IMAGE_SIZE,
+    OBJECT_RADIUS,
+    TABLE_HALF,
+    VIEW_HALF_AT_TABLE,
+    VIEW_HALF_PER_M,
+    WORKSPACE_XY,
+    WORKSPACE_Z,
+    view_half_width,
+)
 
 SUPERSAMPLE = 2
 SIDE_PX = 3.0            # drawn thickness of an object (its darker side face below the top face), pixels
 SIDE_SHADE = 0.62        # side face brightness relative to the top face
 
-# Gripper geometry in pixels at height 0 (scaled by 1 + SCALE_PER_M * z).
-FINGER_WIDTH, FINGER_HALF_LENGTH = 5.0, 9.0
-OPEN_HALF_GAP, CLOSED_HALF_GAP = 14.0, 3.0
-PALM_HEIGHT, WRIST_HALF_WIDTH, WRIST_HEIGHT = 4.0, 4.0, 7.0
-FINGER_RGB, PALM_RGB, WRIST_RGB, OUTLINE_RGB = (70, 70, 78), (110, 110, 120), (150, 150, 160), (235, 235, 240)
+# The table image: BG_PPM pixels per metre (the camera's scale with the effector on the table), covering every
+# point the camera can see, [-BG_HALF, BG_HALF]^2 metres; the floor outside the table.
+BG_PPM = (IMAGE_SIZE / 2) / VIEW_HALF_AT_TABLE
+BG_HALF = WORKSPACE_XY + VIEW_HALF_AT_TABLE + VIEW_HALF_PER_M * WORKSPACE_Z[1] + 0.01
+FLOOR_RGB = (58, 58, 64)
 
-# Shadow under the effector: an ellipse on the table (radius x SHADOW_FLATTEN high), darkening by SHADOW_ALPHA
-# at z = 0; it grows by SHADOW_GROWTH_PER_M and fades linearly to nothing at SHADOW_FADE_Z as the effector rises.
-SHADOW_RADIUS_PX, SHADOW_FLATTEN, SHADOW_ALPHA = 11.0, 0.7, 0.4
-SHADOW_GROWTH_PER_M, SHADOW_FADE_Z = 2.0, 0.3
+# Fingers at the image centre, in pixels: each a bar FINGER_WIDTH wide and 2 * FINGER_HALF_LENGTH long, its inner
+# edge HALF_GAP from the centre; drawn with an outline so they show on every table.
+FINGER_WIDTH, FINGER_HALF_LENGTH = 6.0, 20.0
+OPEN_HALF_GAP, CLOSED_HALF_GAP = 16.0, 3.0
+FINGER_RGB, OUTLINE_RGB = (235, 235, 240), (25, 25, 30)
 
 # Unit outlines of the shapes (x right, y down), scaled by the object's radius in pixels and rotated.
 _STAR = [(r * np.sin(a), -r * np.cos(a)) for i in range(10) for r, a in [((1.2, 0.5)[i % 2], i * np.pi / 5)]]
@@ -79,82 +91,66 @@ def light_gain(look: TableLook, size: int = IMAGE_SIZE) -> np.ndarray:
     return (gain[..., None] * np.asarray(look.channel_gain, dtype=np.float32)).astype(np.float32)
 
 
+def _bg_pixels(x: float, y: float, scale: float) -> tuple[float, float]:
+    """(u, v) of table point (x, y) in the table image drawn ``scale`` times BG_PPM."""
+    return scale * BG_PPM * (x + BG_HALF), scale * BG_PPM * (BG_HALF - y)
+
+
 def object_outline(obj: SceneObject, scale: float = 1.0, dv: float = 0.0) -> list[tuple[float, float]]:
-    """Polygon (image pixels times ``scale``) of a non-circle object, shifted down by ``dv`` pixels."""
-    u, v = to_pixels(obj.x, obj.y)
-    r, c, s = OBJECT_RADIUS * PX_PER_M * scale, np.cos(obj.angle), np.sin(obj.angle)
-    return [(scale * u + r * (px * c - py * s), scale * v + dv + r * (px * s + py * c)) for px, py in _OUTLINES[obj.shape]]
+    """Polygon of a non-circle object in the table image (``scale`` times BG_PPM), shifted down by ``dv`` pixels."""
+    u, v = _bg_pixels(obj.x, obj.y, scale)
+    r, c, s = OBJECT_RADIUS * BG_PPM * scale, np.cos(obj.angle), np.sin(obj.angle)
+    return [(u + r * (px * c - py * s), v + dv + r * (px * s + py * c)) for px, py in _OUTLINES[obj.shape]]
 
 
 def draw_object(draw: ImageDraw.ImageDraw, obj: SceneObject, scale: float) -> None:
-    """Side face (darker, shifted down by SIDE_PX) then top face, on an image ``scale`` times IMAGE_SIZE."""
+    """Side face (darker, shifted down by SIDE_PX) then top face, on the table image ``scale`` times BG_PPM."""
     side = tuple(int(c * SIDE_SHADE) for c in obj.rgb)
     for dv, rgb in ((SIDE_PX * scale, side), (0.0, obj.rgb)):
         if obj.shape == "circle":
-            u, v = to_pixels(obj.x, obj.y)
-            r = CIRCLE_RADIUS * OBJECT_RADIUS * PX_PER_M * scale
-            draw.ellipse((scale * u - r, scale * v + dv - r, scale * u + r, scale * v + dv + r), fill=rgb)
+            u, v = _bg_pixels(obj.x, obj.y, scale)
+            r = CIRCLE_RADIUS * OBJECT_RADIUS * BG_PPM * scale
+            draw.ellipse((u - r, v + dv - r, u + r, v + dv + r), fill=rgb)
         else:
             draw.polygon(object_outline(obj, scale, dv), fill=rgb)
 
 
-def gripper_parts(x: float, y: float, z: float, is_open: bool) -> list[tuple[tuple[float, float, float, float], tuple]]:
-    """The gripper's rectangles (u0, v0, u1, v1) in pixels with their fill colours, drawn in this order."""
-    uc, vc = to_pixels(x, y, z)
-    s = 1.0 + SCALE_PER_M * z
-    fw, fl = FINGER_WIDTH * s, FINGER_HALF_LENGTH * s
-    g = (OPEN_HALF_GAP if is_open else CLOSED_HALF_GAP) * s
-    top = vc - fl - PALM_HEIGHT * s
-    return [
-        ((uc - WRIST_HALF_WIDTH * s, top - WRIST_HEIGHT * s, uc + WRIST_HALF_WIDTH * s, top), WRIST_RGB),
-        ((uc - g - fw, top, uc + g + fw, vc - fl), PALM_RGB),
-        ((uc - g - fw, vc - fl, uc - g, vc + fl), FINGER_RGB),
-        ((uc + g, vc - fl, uc + g + fw, vc + fl), FINGER_RGB),
-    ]
+def finger_boxes(is_open: bool) -> list[tuple[float, float, float, float]]:
+    """The two fingers (u0, v0, u1, v1) in image pixels, around the image centre."""
+    c, g = IMAGE_SIZE / 2, OPEN_HALF_GAP if is_open else CLOSED_HALF_GAP
+    return [(c - g - FINGER_WIDTH, c - FINGER_HALF_LENGTH, c - g, c + FINGER_HALF_LENGTH),
+            (c + g, c - FINGER_HALF_LENGTH, c + g + FINGER_WIDTH, c + FINGER_HALF_LENGTH)]
 
 
-def gripper_box(x: float, y: float, z: float, is_open: bool) -> tuple[float, float, float, float]:
-    """Bounding box (u0, v0, u1, v1) of the drawn gripper, outline included."""
-    boxes = np.array([box for box, _ in gripper_parts(x, y, z, is_open)])
-    return float(boxes[:, 0].min() - 1), float(boxes[:, 1].min() - 1), float(boxes[:, 2].max() + 1), float(boxes[:, 3].max() + 1)
-
-
-def darken_shadow(frame: np.ndarray, x: float, y: float, z: float) -> None:
-    """Darken ``frame`` (H, W, 3) uint8 in place with the effector's soft shadow on the table below it."""
-    u0, v0 = to_pixels(x, y)
-    rx = SHADOW_RADIUS_PX * (1.0 + SHADOW_GROWTH_PER_M * z)
-    ry, alpha = SHADOW_FLATTEN * rx, SHADOW_ALPHA * (1.0 - z / SHADOW_FADE_Z)
-    size = frame.shape[0]
-    i0, i1 = max(int(v0 - ry) - 1, 0), min(int(v0 + ry) + 2, size)
-    j0, j1 = max(int(u0 - rx) - 1, 0), min(int(u0 + rx) + 2, size)
-    if i0 >= i1 or j0 >= j1:
-        return
-    v, u = np.mgrid[i0:i1, j0:j1].astype(np.float32)
-    d2 = ((u + 0.5 - u0) / rx) ** 2 + ((v + 0.5 - v0) / ry) ** 2
-    keep = 1.0 - alpha * np.clip((1.0 - d2) * 3.0, 0.0, 1.0)
-    frame[i0:i1, j0:j1] = (frame[i0:i1, j0:j1] * keep[..., None]).astype(np.uint8)
+def table_image(scene: Scene) -> np.ndarray:
+    """The whole table with its objects seen from straight above at BG_PPM, on the floor: (S, S, 3) uint8."""
+    size = int(round(2 * BG_HALF * BG_PPM))
+    big = size * SUPERSAMPLE
+    canvas = Image.new("RGB", (big, big), FLOOR_RGB)
+    table_px = int(round(2 * TABLE_HALF * BG_PPM * SUPERSAMPLE))
+    u0, v0 = (int(round(c)) for c in _bg_pixels(-TABLE_HALF, TABLE_HALF, SUPERSAMPLE))
+    canvas.paste(Image.fromarray(table_texture(scene.look, table_px)), (u0, v0))
+    draw = ImageDraw.Draw(canvas)
+    for obj in sorted(scene.objects, key=lambda o: -o.y):  # far objects first
+        draw_object(draw, obj, SUPERSAMPLE)
+    return np.asarray(canvas.reduce(SUPERSAMPLE)).copy()
 
 
 class Renderer:
     """Images of one scene. ``render(effector, gripper_open)`` -> (IMAGE_SIZE, IMAGE_SIZE, 3) uint8."""
 
     def __init__(self, scene: Scene) -> None:
-        big = IMAGE_SIZE * SUPERSAMPLE
-        canvas = Image.fromarray(table_texture(scene.look, big))
-        draw = ImageDraw.Draw(canvas)
-        for obj in sorted(scene.objects, key=lambda o: -o.y):  # far objects first
-            draw_object(draw, obj, SUPERSAMPLE)
-        self.background = np.asarray(canvas.reduce(SUPERSAMPLE)).copy()
+        self.table = Image.fromarray(table_image(scene))
         self.gain = light_gain(scene.look)
 
     def render(self, effector: tuple[float, float, float], gripper_open: bool) -> np.ndarray:
-        """The camera image with the effector at ``effector`` (x, y, z metres)."""
+        """The camera image with the effector (and the camera) at ``effector`` (x, y, z metres)."""
         x, y, z = effector
-        frame = self.background.copy()
-        darken_shadow(frame, x, y, z)
-        image = Image.fromarray(frame)
+        u, v = _bg_pixels(x, y, 1.0)
+        half = view_half_width(z) * BG_PPM
+        image = self.table.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR, box=(u - half, v - half, u + half, v + half))
         draw = ImageDraw.Draw(image)
-        for box, rgb in gripper_parts(x, y, z, gripper_open):
-            draw.rectangle(box, fill=rgb, outline=OUTLINE_RGB)
+        for box in finger_boxes(gripper_open):
+            draw.rectangle(box, fill=FINGER_RGB, outline=OUTLINE_RGB, width=2)
         lit = np.asarray(image, dtype=np.float32) * self.gain
         return np.clip(lit, 0, 255).astype(np.uint8)

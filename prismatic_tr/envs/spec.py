@@ -2,10 +2,13 @@
 
 Frame and units
     Table frame in metres: ``x`` to the right of the image, ``y`` away from the camera (up the image),
-    ``z`` up from the table top (0 = touching the table). The camera looks down at the table from a little
-    in front of it, so a raised effector is drawn ``LIFT_PX_PER_M * z`` pixels higher in the image than the
-    point below it (where its shadow falls) and ``1 + SCALE_PER_M * z`` times larger: its height shows as
-    the gap between the gripper and its shadow.
+    ``z`` up from the table top (0 = touching the table).
+
+Camera (eye in hand)
+    The camera sits on the gripper and looks straight down, so the image is centred on the effector's x-y:
+    an object's offset from the image centre is its offset from the effector, and the effector's height is
+    the zoom (the view spans ``2 * view_half_width(z)`` metres of table). The fingers are drawn at the
+    centre (apart when open, together when closed). Beyond the table's edge (``TABLE_HALF``) is the floor.
 
 Action (7-D, float, OpenVLA / Bridge convention)
     ====  ==========================  ==============================  ===============================
@@ -28,12 +31,11 @@ import numpy as np
 
 TASK_VERSION = "1"  # bump when the rendering, dynamics or expert change (datasets record it)
 
-# Camera: image of IMAGE_SIZE x IMAGE_SIZE pixels, RGB uint8.
+# Camera: image of IMAGE_SIZE x IMAGE_SIZE pixels, RGB uint8, centred on the effector.
 IMAGE_SIZE = 224
-PX_PER_M = 380.0                   # table-plane pixels per metre (the image spans 0.59 m of table)
-ORIGIN_PX = (112.0, 130.0)         # image (u, v) of the table-frame origin
-LIFT_PX_PER_M = 240.0              # a point at height z is drawn LIFT_PX_PER_M * z pixels higher
-SCALE_PER_M = 1.5                  # the gripper is drawn (1 + SCALE_PER_M * z) times larger at height z
+VIEW_HALF_AT_TABLE = 0.30          # half the table width the image spans with the effector at z = 0, metres
+VIEW_HALF_PER_M = 1.0              # ... plus this much per metre of height (0.42 m at the top of the workspace)
+TABLE_HALF = 0.30                  # the table is [-TABLE_HALF, TABLE_HALF]^2; the floor beyond it
 
 # Workspace of the effector (grasp point between the gripper's fingers), metres.
 WORKSPACE_XY = 0.19                # x and y in [-WORKSPACE_XY, WORKSPACE_XY]
@@ -43,7 +45,7 @@ MIN_START_DISTANCE = 0.08          # the effector starts at least this far (in x
 
 # Objects: flat shapes on the table, centres in [-OBJECT_XY, OBJECT_XY]^2.
 OBJECT_XY = 0.17
-OBJECT_RADIUS = 0.0325             # nominal radius (25 px diameter at PX_PER_M)
+OBJECT_RADIUS = 0.0325             # nominal radius (about 24 px across with the effector on the table)
 MIN_OBJECT_SPACING = 0.10          # minimum distance between object centres (no overlaps, disjoint grasp zones)
 
 # Success: a grasp is a close command (gripper < GRIPPER_THRESHOLD) issued while the gripper is open; it
@@ -82,9 +84,16 @@ INSTRUCTION_TEMPLATES: dict[str, str] = {
 TASK_KINDS = tuple(INSTRUCTION_TEMPLATES)
 
 
-def to_pixels(x: float, y: float, z: float = 0.0) -> tuple[float, float]:
-    """Image (u, v) in pixels where the table-frame point (x, y, z) is drawn."""
-    return ORIGIN_PX[0] + PX_PER_M * x, ORIGIN_PX[1] - PX_PER_M * y - LIFT_PX_PER_M * z
+def view_half_width(z: float) -> float:
+    """Half the width of table the image spans with the effector at height ``z``, metres."""
+    return VIEW_HALF_AT_TABLE + VIEW_HALF_PER_M * z
+
+
+def to_pixels(x: float, y: float, effector: tuple[float, float, float]) -> tuple[float, float]:
+    """Image (u, v) in pixels where the table point (x, y) is seen with the effector (camera) at ``effector``."""
+    ex, ey, ez = effector
+    ppm = (IMAGE_SIZE / 2) / view_half_width(ez)
+    return IMAGE_SIZE / 2 + ppm * (x - ex), IMAGE_SIZE / 2 - ppm * (y - ey)
 
 
 def clip_action(action: np.ndarray) -> np.ndarray:

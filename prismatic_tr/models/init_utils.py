@@ -86,3 +86,28 @@ def materialize_parameters_(
             _init_value(f"{mod_name}.{name}", data, pool, generator)
             mod._parameters[name] = nn.Parameter(data, requires_grad=param.requires_grad)
     return module
+
+
+def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+    """(grid * grid, dim) fixed 2-D sine-cosine position embeddings (row-major patches), as MAE initialises
+    ViTs: a quarter of the channels each for sin / cos of the column and of the row, geometric frequencies."""
+    if dim % 4:
+        raise ValueError(f"dim={dim} must be a multiple of 4 for 2-D sine-cosine embeddings")
+    freqs = 1.0 / (10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4)))
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
+                                indexing="ij")
+    parts = []
+    for coord in (cols.flatten(), rows.flatten()):
+        angles = coord[:, None] * freqs[None]
+        parts += [angles.sin(), angles.cos()]
+    return torch.cat(parts, dim=1).float()
+
+
+@torch.no_grad()
+def init_sincos_pos_embed_(towers: list[nn.Module]) -> None:
+    """Set each timm tower's patch position embeddings to :func:`sincos_2d` (prefix-token rows left alone)."""
+    for tower in towers:
+        pos = tower.pos_embed
+        grid = int(round(tower.patch_embed.num_patches ** 0.5))
+        n = grid * grid
+        pos[:, pos.shape[1] - n :] = sincos_2d(grid, pos.shape[2]).to(pos.dtype)

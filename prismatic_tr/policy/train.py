@@ -78,11 +78,17 @@ def ensure_demos(cfg: PolicyTrainConfig) -> Path:
 
 
 def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
-    """A random-weight model of ``cfg.preset`` with its processor, no action statistics (training adds them)."""
+    """A random-weight model of ``cfg.preset`` with its processor, no action statistics (training adds them).
+
+    The towers' patch position embeddings start as fixed 2-D sine-cosine tables (MAE's initialisation, trained
+    from there): where a patch is must be readable for a policy trained from scratch on a few thousand episodes.
+    """
     from prismatic_tr.models import build_processor, build_vla
+    from prismatic_tr.models.init_utils import init_sincos_pos_embed_
 
     out = cfg.output_dir / "init"
     vla = build_vla(cfg.preset, seed=cfg.seed)
+    init_sincos_pos_embed_(vla.vision_backbone.towers)
     vla.norm_stats, vla.config.norm_stats = {}, None
     vla.save_pretrained(out)
     build_processor(vla.config).save_pretrained(out)
