@@ -69,7 +69,7 @@ def test_list_fields_of_the_script_configs():
     from vla_scripts.benchmark import BenchmarkConfig
     from vla_scripts.eval_vit import EvalVitConfig
 
-    assert cli.list_fields(BenchmarkConfig) == ["methods", "ratios"]
+    assert cli.list_fields(BenchmarkConfig) == ["methods", "ratios", "settings"]
     assert cli.list_fields(EvalVitConfig) == ["methods", "keep_rates", "reduction_loc", "tome_r"]
 
 

@@ -129,6 +129,10 @@ def _draccus_parser(config_class: type, prog: str | None, description: str | Non
     inner = parser.parser
     for group in inner._action_groups:
         group._group_actions = [a for a in group._group_actions if a in inner._actions]
+    # argparse formats help text with "%": a literal one in a field comment ("10 %") would break --help.
+    for action in inner._actions:
+        if isinstance(action.help, str) and "%" in action.help and "%(" not in action.help:
+            action.help = action.help.replace("%", "%%")
     return parser
 
 
