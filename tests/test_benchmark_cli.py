@@ -163,7 +163,7 @@ def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, 
 
 def test_defaults_are_the_documented_sweep():
     cfg = benchmark.parse_config([])
-    assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.75, 0.5, 0.25]
+    assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.5, 0.25, 0.1]
     assert cfg.methods == ["topk_magnitude", "attention_score", "random", "spatial_pool"]
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
-    assert cfg.settings == benchmark.DEFAULT_SITE_SETTINGS and cfg.policy_episodes == 50
+    assert cfg.settings == benchmark.DEFAULT_SITE_SETTINGS and cfg.policy_episodes == 100

@@ -3,6 +3,8 @@ model and on OpenVLA's own remote-code model (pins)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -74,3 +76,21 @@ def _wrapped_linear() -> torch.nn.Module:
     model = torch.nn.Module()
     model.vision_backbone = torch.nn.Linear(1, 1)
     return model
+
+
+def test_exact_savings_script_times_both_variants_and_checks_the_actions(tmp_path) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "exact_savings.py"
+    spec = importlib.util.spec_from_file_location("exact_savings_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "exact.json"
+    result = script.main(["--preset", "tiny", "--dtype", "float32", "--repeats", "1", "--warmup", "0",
+                          "--output", str(out)])
+    assert result["identical_actions"] is True and result["all_blocks_ms"] > 0 and result["stop_early_ms"] > 0
+    assert json.loads(out.read_text())["speedup"] == result["speedup"]
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--preset", "nope"])
+    assert exc.value.code == 2

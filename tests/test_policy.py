@@ -117,6 +117,62 @@ def test_eval_offline_bad_inputs_exit_2(trained: dict, tmp_path: Path, capsys) -
     assert err.value.code == 2 and "split 'test'" in capsys.readouterr().err
 
 
+def test_benchmark_merges_policy_success_and_plots_the_tradeoff(trained: dict, tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    """The main job's fidelity columns come from the bundled policy (here: the recipe's toy checkpoint)."""
+    from prismatic_tr.policy import bundled
+    from vla_scripts import benchmark
+
+    monkeypatch.setattr(bundled, "BUNDLED_POLICY_DIR", trained["out"] / "installed")
+    saved = torch.get_num_threads()
+    out = tmp_path / "bench"
+    try:
+        records = benchmark.main(benchmark.parse_config([
+            "--preset", "tiny", "--methods", "topk_magnitude", "--ratios", "0.5", "--num_runs", "1", "--warmup", "0",
+            "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1",
+            "--settings", "vision:attention:0.5@0.5", "--policy_episodes", "2"]))
+    finally:
+        torch.set_num_threads(saved)
+    assert [r["setting"] for r in records] == ["none", "topk_magnitude:0.5", "vision:attention:0.5@0.5"]
+    for r in records:
+        assert r["policy_episodes"] == 2 and r["success_ci_low"] <= r["success_rate"] <= r["success_ci_high"]
+        assert r["policy_action_l1_to_demo"] >= 0 and 0 <= r["policy_token_agreement"] <= 1
+    assert records[0]["policy_token_agreement"] == 1.0 and records[0]["policy_action_l1_to_unreduced"] == 0.0
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta["policy_fidelity"].startswith("bundled tabletop policy")
+    assert set(meta["best_within_2pp"]) <= {"projector", "vision"}
+    assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "success" in capsys.readouterr().out
+
+
+def test_best_within_picks_the_fastest_setting_per_site_at_equal_success() -> None:
+    from prismatic_tr.policy.report import best_within
+
+    def rec(setting: str, site: str, success: float, speedup: float) -> dict:
+        return {"setting": setting, "site": site, "success_rate": success, "predict_action_speedup": speedup}
+
+    records = [rec("none", "none", 0.90, 1.0), rec("a", "projector", 0.89, 1.2), rec("b", "projector", 0.87, 1.4),
+               rec("c", "projector", 0.88, 1.3), rec("d", "vision", 0.95, 1.5), rec("e", "vision", 0.5, 2.5),
+               rec("f", "llm", 0.70, 1.1)]
+    best = best_within(records)
+    assert {site: r["setting"] for site, r in best.items()} == {"projector": "c", "vision": "d"}
+    assert best_within(records, max_loss=0.5)["vision"]["setting"] == "e"
+    assert best_within(records[1:]) == {}
+
+
+def test_bundled_policy_missing_is_a_clear_note(tmp_path: Path, monkeypatch) -> None:
+    from prismatic_tr.policy import bundled
+    from vla_scripts import benchmark
+
+    monkeypatch.setattr(bundled, "BUNDLED_POLICY_DIR", tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="train_policy.py --install_dir"):
+        bundled.bundled_policy_dir()
+    cfg = benchmark.parse_config(["--preset", "tiny", "--policy_episodes", "1"])
+    records = [{"setting": "none"}]
+    assert benchmark.add_policy_fidelity(records, cfg).startswith("not measured: the bundled policy is missing")
+    assert records == [{"setting": "none"}]
+
+
 def test_batched_episodes_equal_single_episodes(trained: dict) -> None:
     vla, processor = load_vla(trained["record"]["checkpoint"])
     seeds = [11, 12, 13]

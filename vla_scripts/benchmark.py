@@ -1,9 +1,12 @@
 """Benchmark one OpenVLA control step with and without visual token reduction.
 
 With no arguments: builds the reference OpenVLA-architecture model (preset ``cpu-bench`` on a CPU,
-``openvla-7b`` on a GPU, random weights, bf16), runs the unreduced baseline and the four reduction methods
-at keep ratios 0.75 / 0.5 / 0.25 (``spatial_pool`` at merge size 2), prints a table and writes
-``results.csv``, ``results.json`` and ``results.png`` into ``--output_dir``.
+``openvla-7b`` on a GPU, random weights, bf16), runs the unreduced baseline, the four projector-site methods
+at keep ratios 0.5 / 0.25 / 0.1 (``spatial_pool`` at merge sizes 2 and 4: keep 1/4 and 1/16; 3 does not
+divide the 16 x 16 grid), and the vision- and llm-site settings of ``DEFAULT_SITE_SETTINGS``, all timed end
+to end (``predict_action``); then the bundled trained policy runs ``--policy_episodes`` closed-loop episodes
+under every setting (success rate, action error). Prints a table and writes ``results.csv``, ``results.json``, ``results.png`` and ``tradeoff.png``
+(success against end-to-end speedup, per site) into ``--output_dir``.
 
     python vla_scripts/benchmark.py
     python vla_scripts/benchmark.py --preset tiny --num_runs 3
@@ -36,8 +39,13 @@ from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
 # Reduction inside the vision towers and inside the language model (see prismatic_tr.bench.policy_settings).
-DEFAULT_SITE_SETTINGS = ["vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "llm:attention:0.25@0.25",
-                         "vision:attention:0.5@0.25+llm:attention:0.5@0.25"]
+DEFAULT_SITE_SETTINGS = [
+    "spatial_pool:4x4",
+    "vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "vision:attention:0.1@0.25",
+    "vision:attention:0.25@0.5", "vision:attention:0.25@0.125",
+    "llm:attention:0.5@0.25", "llm:attention:0.25@0.25",
+    "vision:attention:0.25@0.25+llm:attention:0.5@0.25", "vision:attention:0.25@0.125+llm:attention:0.5@0.125",
+]
 
 
 @dataclass
@@ -47,10 +55,10 @@ class BenchmarkConfig:
     vision_backbone_id: str = "dinosiglip-vit-so-224px"  # dinosiglip-vit-so-224px | siglip-vit-so400m
     vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))  # reduction methods
-    ratios: list[float] = field(default_factory=lambda: [0.75, 0.5, 0.25])     # fractions of visual tokens kept
+    ratios: list[float] = field(default_factory=lambda: [0.5, 0.25, 0.1])      # fractions of visual tokens kept
     spatial_merge_size: int = 2                # spatial_pool window (keeps 1 / size**2 of the tokens)
     settings: list[str] = field(default_factory=lambda: list(DEFAULT_SITE_SETTINGS))  # further specs: vision / llm sites
-    policy_episodes: int = 50                  # closed-loop episodes of the bundled trained policy per setting (0: none)
+    policy_episodes: int = 100                 # closed-loop episodes of the bundled trained policy per setting (0: none)
     num_runs: int = 10                         # timed rounds (every setting once per round, interleaved)
     warmup: int = 2                            # untimed rounds first
     batch_size: int = 1                        # images (same instruction) per step
@@ -286,10 +294,20 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     print(headline(records))
     warnings = noise_warnings(records, load_at_start)
     print("\n".join(warnings) if warnings else "noise: no row flagged (" + NoiseRule().describe() + ")")
+    has_success = any(r.get("success_rate") is not None for r in records)
+    if has_success:
+        from prismatic_tr.policy.report import best_within
+
+        best = best_within(records)
+        meta["best_within_2pp"] = {site: r["setting"] for site, r in best.items()}
+        for site, r in best.items():
+            print(f"best {site} setting within 2 points of unreduced success: {r['setting']} "
+                  f"({r['predict_action_speedup']:.2f}x, success {r['success_rate']:.0%} "
+                  f"[{r['success_ci_low']:.0%}, {r['success_ci_high']:.0%}])")
     meta["wall_s"] = round(time.perf_counter() - start, 1)
     meta["noisy_rows"] = sum(bool(r["noise_flag"]) for r in records)
     paths = write_outputs(records, meta, cfg.output_dir)
-    if any(r.get("success_rate") is not None for r in records):
+    if has_success:
         from prismatic_tr.policy.report import plot_tradeoff
 
         paths.append(plot_tradeoff(records, cfg.output_dir / "tradeoff.png",

@@ -27,6 +27,26 @@ CLOSED_LOOP_COLUMNS = (
 )
 
 
+def best_within(records: Sequence[dict[str, Any]], max_loss: float = 0.02,
+                x: str = "predict_action_speedup") -> dict[str, dict[str, Any]]:
+    """Per site, the setting with the largest ``x`` whose success rate is at most ``max_loss`` (a fraction:
+    0.02 = 2 percentage points) below the unreduced row's; sites with no such setting are left out.
+
+    Point estimates: with a few hundred episodes the intervals are wider than 2 points, so read the chosen rows
+    with their ``success_ci_low`` / ``success_ci_high``."""
+    base = next((r for r in records if r["site"] == "none"), None)
+    if base is None or base.get("success_rate") is None:
+        return {}
+    floor = base["success_rate"] - max_loss - 1e-12
+    best: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if rec["site"] == "none" or rec.get("success_rate") is None or rec["success_rate"] < floor:
+            continue
+        if rec["site"] not in best or rec[x] > best[rec["site"]][x]:
+            best[rec["site"]] = rec
+    return best
+
+
 def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: str = "",
                   x: str = "predict_action_speedup", y: str = "success_rate") -> Path:
     """Success (with its interval when present) against end-to-end speedup, one point per setting, coloured
