@@ -71,6 +71,7 @@ class BenchmarkConfig:
     unnorm_key: str | None = None              # norm_stats key for un-normalising actions (default: the first)
     progress: bool = True                      # progress bar over the sweep
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
+    compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -81,6 +82,9 @@ class BenchmarkConfig:
 
         for spec in self.settings:
             parse_setting(spec)
+        if self.compile and self.warmup < 1:
+            raise ValueError(f"--compile true needs --warmup >= 1 (got {self.warmup}): the warm-up rounds compile "
+                             "every setting, so that no timed round includes compilation")
         if isinstance(self.policy_episodes, bool) or self.policy_episodes < 0:
             raise ValueError(f"--policy_episodes {self.policy_episodes!r} is not allowed; use an integer >= 0")
         for name, low in (("num_runs", 1), ("warmup", 0), ("batch_size", 1), ("num_threads", 0)):
@@ -275,6 +279,11 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
         torch.set_num_threads(cfg.num_threads)
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
     vla, processor, source = load_model(cfg, device, dtype)
+    if cfg.compile:
+        from prismatic_tr.bench.compiled import compile_blocks
+
+        compile_blocks(vla)  # for the rest of this process; the warm-up rounds compile each setting
+        source += " (blocks compiled)"
     image_size = int(getattr(getattr(vla, "config", None), "image_sizes", [224])[0])
     inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed)
     meta = run_metadata(cfg, source, device, dtype, load_at_start)

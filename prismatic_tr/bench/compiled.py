@@ -1,0 +1,83 @@
+"""``benchmark.py --compile``: ``predict_action`` with the model's blocks compiled and every reduction hook eager.
+
+Each transformer block of both vision towers, the projector and each decoder layer of the language model gets
+its instance ``forward`` replaced by ``torch.compile(forward)``. Hooks run in ``Module.__call__``, outside
+``forward``, so the reductions the benchmark attaches and removes between calls (forward hooks on the
+backbone, on a tower block, pre-hooks on a decoder layer) stay eager and take effect on every call: nothing
+compiled can go stale when a setting changes. Each block recompiles for each token count it sees (dynamo's
+shape guards), so a sweep over settings compiles once per setting and count in its warm-up rounds; the
+recompile limit is raised while the handle is live so that no block silently falls back to eager. The KV-cache
+decode and the generation loop stay in Python, as in ``predict_action``.
+
+``remove()`` puts every ``forward`` and the dynamo limits back as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.vla.locate import find_vision_backbone
+from prismatic_tr.vla.sites import backbone_towers
+
+# Enough entries per code object for every block instance (torch 2.2 guards each instance apart) times the
+# token counts of a sweep (each setting can give each block its own count).
+RECOMPILE_LIMIT = 4096
+_LIMIT_NAMES = ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit")
+
+
+def compiled_modules(vla: nn.Module) -> list[nn.Module]:
+    """The modules whose ``forward`` gets compiled: tower blocks, the projector, decoder layers (in that order)."""
+    info = find_vision_backbone(vla)
+    modules: list[nn.Module] = [block for tower in backbone_towers(info.backbone) for block in tower.blocks]
+    projector = getattr(info.model, "projector", None)
+    if projector is not None:
+        modules.append(projector)
+    layers = getattr(getattr(getattr(info.model, "language_model", None), "model", None), "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(info.model).__name__} has no language_model.model.layers; --compile needs "
+                         "OpenVLA's layout (a Llama-style language model)")
+    modules.extend(layers)
+    return modules
+
+
+class CompiledBlocksHandle:
+    """Undo handle of :func:`compile_blocks` (also a context manager)."""
+
+    def __init__(self, saved: list[tuple[nn.Module, bool, Any]], limits: dict[str, Any]) -> None:
+        self._saved, self._limits = saved, limits
+
+    def remove(self) -> None:
+        """Put back every ``forward`` and the dynamo limits; safe to call twice."""
+        for module, had_own, old in self._saved:
+            if had_own:
+                module.__dict__["forward"] = old
+            else:
+                module.__dict__.pop("forward", None)
+        self._saved = []
+        for name, value in self._limits.items():
+            setattr(torch._dynamo.config, name, value)
+        self._limits = {}
+
+    def __enter__(self) -> CompiledBlocksHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def compile_blocks(vla: nn.Module, backend: str = "inductor") -> CompiledBlocksHandle:
+    """Compile the forward of every module of :func:`compiled_modules` (lazily: on its first call)."""
+    import torch._dynamo
+
+    modules = compiled_modules(vla)
+    limits = {n: getattr(torch._dynamo.config, n) for n in _LIMIT_NAMES if hasattr(torch._dynamo.config, n)}
+    for name in limits:
+        setattr(torch._dynamo.config, name, max(RECOMPILE_LIMIT, limits[name]))
+    saved = []
+    for module in modules:
+        saved.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
+        module.__dict__["forward"] = torch.compile(module.forward, backend=backend)
+    return CompiledBlocksHandle(saved, limits)
