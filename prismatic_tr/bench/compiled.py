@@ -5,7 +5,7 @@ its instance ``forward`` replaced by ``torch.compile(forward)``. Hooks run in ``
 ``forward``, so the reductions the benchmark attaches and removes between calls (forward hooks on the
 backbone, on a tower block, pre-hooks on a decoder layer) stay eager and take effect on every call: nothing
 compiled can go stale when a setting changes. Each block recompiles for each token count it sees (dynamo's
-shape guards), so a sweep over settings compiles once per setting and count in its warm-up rounds; the
+shape guards; static graphs, ``dynamic=False``), so a sweep compiles once per setting and count in its warm-up rounds; the
 recompile limit is raised while the handle is live so that no block silently falls back to eager. The KV-cache
 decode and the generation loop stay in Python, as in ``predict_action``.
 
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.vla.exact import SavedForward, replace_forward, restore_forward
 from prismatic_tr.vla.locate import find_vision_backbone
 from prismatic_tr.vla.sites import backbone_towers
 
@@ -46,16 +47,13 @@ def compiled_modules(vla: nn.Module) -> list[nn.Module]:
 class CompiledBlocksHandle:
     """Undo handle of :func:`compile_blocks` (also a context manager)."""
 
-    def __init__(self, saved: list[tuple[nn.Module, bool, Any]], limits: dict[str, Any]) -> None:
+    def __init__(self, saved: list[SavedForward], limits: dict[str, Any]) -> None:
         self._saved, self._limits = saved, limits
 
     def remove(self) -> None:
         """Put back every ``forward`` and the dynamo limits; safe to call twice."""
-        for module, had_own, old in self._saved:
-            if had_own:
-                module.__dict__["forward"] = old
-            else:
-                module.__dict__.pop("forward", None)
+        for saved in self._saved:
+            restore_forward(saved)
         self._saved = []
         for name, value in self._limits.items():
             setattr(torch._dynamo.config, name, value)
@@ -76,8 +74,7 @@ def compile_blocks(vla: nn.Module, backend: str = "inductor") -> CompiledBlocksH
     limits = {n: getattr(torch._dynamo.config, n) for n in _LIMIT_NAMES if hasattr(torch._dynamo.config, n)}
     for name in limits:
         setattr(torch._dynamo.config, name, max(RECOMPILE_LIMIT, limits[name]))
-    saved = []
-    for module in modules:
-        saved.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
-        module.__dict__["forward"] = torch.compile(module.forward, backend=backend)
+    # dynamic=False: one static graph per token count (dynamic shapes turn transformers 4.40's `is_causal = q_len > 1`
+    # into a SymBool that torch 2.2's SDPA refuses); the decode steps' lengths are few and the limit is raised.
+    saved = [replace_forward(m, torch.compile(m.forward, backend=backend, dynamic=False)) for m in modules]
     return CompiledBlocksHandle(saved, limits)

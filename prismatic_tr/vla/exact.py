@@ -30,20 +30,36 @@ def _towers(vla: nn.Module) -> list[nn.Module]:
     return towers
 
 
+SavedForward = tuple[nn.Module, bool, Any]  # (module, had its own instance forward, that forward)
+
+
+def replace_forward(module: nn.Module, forward: Any) -> SavedForward:
+    """Set ``module``'s instance ``forward`` (hooks in ``Module.__call__`` still run); returns what to restore."""
+    saved = (module, "forward" in module.__dict__, module.__dict__.get("forward"))
+    module.__dict__["forward"] = forward
+    return saved
+
+
+def restore_forward(saved: SavedForward) -> None:
+    """Undo :func:`replace_forward`: the module's instance ``forward`` exactly as it was (or none)."""
+    module, had_own, old = saved
+    if had_own:
+        module.__dict__["forward"] = old
+    else:
+        module.__dict__.pop("forward", None)
+
+
 class ExactSavingsHandle:
     """Undo handle of :func:`apply_exact_savings` (also a context manager)."""
 
-    def __init__(self, saved: list[tuple[nn.Module, bool, Any]]) -> None:
+    def __init__(self, saved: list[SavedForward]) -> None:
         self._saved = saved
 
     def remove(self) -> None:
         """Put every tower's ``forward`` back exactly as it was; safe to call twice."""
-        for tower, had_own, old in self._saved:
-            if had_own:
-                tower.__dict__["forward"] = old
-            else:
-                tower.__dict__.pop("forward", None)
-            tower.__dict__.pop(_SAVED_ATTR, None)
+        for saved in self._saved:
+            restore_forward(saved)
+            saved[0].__dict__.pop(_SAVED_ATTR, None)
         self._saved = []
 
     def __enter__(self) -> ExactSavingsHandle:
@@ -54,11 +70,7 @@ class ExactSavingsHandle:
 
 
 def _set_forward(vla: nn.Module, run_last: bool) -> ExactSavingsHandle:
-    saved = []
-    for tower in _towers(vla):
-        saved.append((tower, "forward" in tower.__dict__, tower.__dict__.get("forward")))
-        tower.__dict__["forward"] = PenultimateForward(tower, run_last_block=run_last)
-    return ExactSavingsHandle(saved)
+    return ExactSavingsHandle([replace_forward(t, PenultimateForward(t, run_last_block=run_last)) for t in _towers(vla)])
 
 
 def apply_exact_savings(vla: nn.Module) -> ExactSavingsHandle:
