@@ -378,6 +378,18 @@ def test_processor_outputs(backbone: str) -> None:
 
 
 @pytest.mark.parametrize("vocab_size", [1024, 32000])
+def test_tokenizer_reads_the_tabletop_task_words_whole(vocab_size: int) -> None:
+    from prismatic_tr.envs.spec import COLORS, INSTRUCTION_TEMPLATES, SHAPES
+    from prismatic_tr.models import tokenizer as tk
+
+    assert tk._TASK_COLORS == list(COLORS) and tk._TASK_SHAPES == list(SHAPES)
+    assert tk._TASK_TEMPLATES == list(INSTRUCTION_TEMPLATES.values())
+    tok = build_tokenizer(vocab_size)
+    for word in [*COLORS, *SHAPES]:
+        assert tok.tokenize(f" {word}") == [f"\u0120{word}"], word
+
+
+@pytest.mark.parametrize("vocab_size", [1024, 32000])
 def test_tokenizer_layout(vocab_size: int) -> None:
     tok, again = build_tokenizer(vocab_size), build_tokenizer(vocab_size)
     assert tok.get_vocab() == again.get_vocab()  # deterministic

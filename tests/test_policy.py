@@ -19,7 +19,7 @@ from prismatic_tr.eval import wilson_interval  # noqa: E402
 from prismatic_tr.models import load_vla  # noqa: E402
 from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes  # noqa: E402
 from prismatic_tr.policy.train import DATASET, PolicyTrainConfig, run_recipe  # noqa: E402
-from vla_scripts import eval_offline, eval_policy  # noqa: E402
+from vla_scripts import eval_offline, eval_policy, train_policy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("policy")
     cfg = PolicyTrainConfig(output_dir=out, num_episodes=6, max_steps=3, batch_size=4, lr_warmup_steps=1,
                             eval_episodes=2, eval_batch_size=2, preset="tiny", install_dir=out / "installed",
-                            progress=False)
+                            vision_pretrain_steps=2, progress=False)
     return {"out": out, "record": run_recipe(cfg)}
 
 
@@ -37,6 +37,8 @@ def test_recipe_writes_checkpoint_curve_and_evaluation(trained: dict) -> None:
     rows = list(csv.DictReader((out / "training_curve.csv").open()))
     assert [int(float(r["step"])) for r in rows] == [1, 2, 3] and all(math.isfinite(float(r["loss"])) for r in rows)
     assert float(rows[0]["lr"]) == pytest.approx(5e-4 * 1.0) or float(rows[0]["lr"]) > 0
+    pre = list(csv.DictReader((out / "vision_pretrain_curve.csv").open()))
+    assert [int(float(r["step"])) for r in pre] == [2] and math.isfinite(float(pre[0]["offset_error_cm"]))
     ev = record["evaluation"]
     assert ev["episodes"] == 2 and 0.0 <= ev["success_ci_low"] <= ev["success_rate"] <= ev["success_ci_high"] <= 1
     installed = out / "installed"
@@ -95,6 +97,19 @@ def test_eval_offline_cli(trained: dict, tmp_path: Path) -> None:
 def test_eval_policy_bad_flags_exit_2(argv: list[str], match: str, capsys) -> None:
     with pytest.raises(SystemExit) as err:
         eval_policy.parse_config(argv)
+    assert err.value.code == 2 and match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--demo_min_objects", "0"], "--demo_min_objects 0"),
+    (["--demo_min_objects", "4", "--demo_max_objects", "3"], "need 1 <= min <= max <= 5"),
+    (["--save_steps", "0"], "--save_steps 0"),
+    (["--vision_pretrain_steps", "-1"], "--vision_pretrain_steps -1"),
+    (["--preset", "huge"], "--preset 'huge'"),
+])
+def test_train_policy_bad_flags_exit_2(argv: list[str], match: str, capsys) -> None:
+    with pytest.raises(SystemExit) as err:
+        train_policy.parse_config(argv)
     assert err.value.code == 2 and match in capsys.readouterr().err
 
 

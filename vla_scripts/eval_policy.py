@@ -44,7 +44,7 @@ class EvalPolicyConfig:
     spatial_merge_size: list[int] = field(default_factory=lambda: [2])         # spatial_pool windows
     settings: list[str] = field(default_factory=list)  # further specs (vision / llm sites, combinations)
     unnorm_key: str | None = None           # action statistics key (default: the model's only one)
-    min_objects: int = 3                    # task: objects per scene (as the demonstrations)
+    min_objects: int = 3                    # task: objects per scene (the task's default, 3-5)
     max_objects: int = 5
     batch_size: int = 25                    # episodes run in lockstep
     timing_runs: int = 10                   # predict_action timings per setting (interleaved, batch 1)

@@ -48,6 +48,12 @@ _OBJECTS = [
     "the cloth",
     "the microwave door",
 ]
+# The bundled tabletop task's instructions ("pick up the red block", "move to the blue circle"; the words of
+# prismatic_tr.envs.spec, checked by tests/test_models.py): each colour and shape word is a whole token, as in
+# Llama-2's tokenizer, so the policy reads the target from one position instead of spelling it out.
+_TASK_COLORS = ["red", "green", "blue", "yellow", "purple"]
+_TASK_SHAPES = ["block", "circle", "triangle", "star", "cross"]
+_TASK_TEMPLATES = ["pick up the {}", "move to the {}"]
 _PLACES = ["on the plate", "into the sink", "to the left", "in the basket", "on the table", "off the stove"]
 
 
@@ -59,6 +65,8 @@ def build_prompt(instruction: str) -> str:
 def _corpus() -> list[str]:
     """A fixed corpus of robot-instruction prompts (deterministic order)."""
     lines = [build_prompt(f"{v} {o} {p}") for v in _VERBS for o in _OBJECTS for p in _PLACES]
+    lines += [build_prompt(t.format(f"{c} {s}")) for t in _TASK_TEMPLATES for c in _TASK_COLORS for s in _TASK_SHAPES
+              for _ in range(8)]
     return lines + ["the robot arm gripper moves slowly and carefully 0 1 2 3 4 5 6 7 8 9 , . ! ?"]
 
 

@@ -17,6 +17,7 @@ Output directory layout::
 import csv
 import dataclasses
 import json
+import logging
 import shutil
 import time
 from dataclasses import dataclass
@@ -39,12 +40,17 @@ class PolicyTrainConfig:
     num_episodes: int = 2000                   # expert demonstrations (seeds demo_seed ...)
     demo_seed: int = 0                         # first demonstration seed
     motion_noise: float = 0.2                  # executed-motion noise of the demonstrations (DART-style)
+    demo_min_objects: int = 1                  # objects per demonstration scene, uniform in [min, max]; fewer
+    demo_max_objects: int = 5                  #   than the task's 3-5 give easy scenes that teach finding objects
     preset: str = "policy"                     # model size (prismatic_tr.models.PRESETS)
+    vision_pretrain_steps: int = 0             # supervised tower pretraining on rendered frames first (0 = none;
+                                               #   prismatic_tr.policy.vision_pretrain), batch batch_size
     seed: int = 0                              # weights and data order
     max_steps: int = 4000                      # optimizer steps
     batch_size: int = 32                       # examples per step
     learning_rate: float = 3e-4                # AdamW, cosine to 10 % after the warm-up
     lr_warmup_steps: int = 200                 # linear warm-up
+    save_steps: int | None = None              # checkpoint interval (overwrites checkpoints/latest); None = at the end
     bf16_autocast: bool = True                 # bf16 autocast on the CPU (AMX: ~3x faster matmuls)
     eval_episodes: int = 200                   # closed-loop episodes on unseen seeds
     eval_batch_size: int = 25                  # episodes run in lockstep
@@ -62,6 +68,13 @@ class PolicyTrainConfig:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 1")
         if self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
+        if isinstance(self.vision_pretrain_steps, bool) or self.vision_pretrain_steps < 0:
+            raise ValueError(f"--vision_pretrain_steps {self.vision_pretrain_steps!r} is not allowed; use an integer >= 0")
+        if self.save_steps is not None and (isinstance(self.save_steps, bool) or self.save_steps < 1):
+            raise ValueError(f"--save_steps {self.save_steps!r} is not allowed; use an integer >= 1 or omit it")
+        if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
+            raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
+                             "are not allowed; need 1 <= min <= max <= 5")
         if not 0.0 <= self.motion_noise <= 1.0:
             raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
 
@@ -73,7 +86,8 @@ def ensure_demos(cfg: PolicyTrainConfig) -> Path:
     root = cfg.output_dir / "data"
     if not (root / DATASET / "demos.json").is_file():
         make_demos(DemoConfig(num_episodes=cfg.num_episodes, seed=cfg.demo_seed, output_dir=root,
-                              dataset_name=DATASET, motion_noise=cfg.motion_noise, progress=cfg.progress))
+                              dataset_name=DATASET, motion_noise=cfg.motion_noise, min_objects=cfg.demo_min_objects,
+                              max_objects=cfg.demo_max_objects, progress=cfg.progress))
     return root
 
 
@@ -82,6 +96,8 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
 
     The towers' patch position embeddings start as fixed 2-D sine-cosine tables (MAE's initialisation, trained
     from there): where a patch is must be readable for a policy trained from scratch on a few thousand episodes.
+    With ``vision_pretrain_steps`` the towers are then pretrained on rendered frames (the curve goes to
+    ``vision_pretrain_curve.csv``).
     """
     from prismatic_tr.models import build_processor, build_vla
     from prismatic_tr.models.init_utils import init_sincos_pos_embed_
@@ -89,9 +105,20 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
     out = cfg.output_dir / "init"
     vla = build_vla(cfg.preset, seed=cfg.seed)
     init_sincos_pos_embed_(vla.vision_backbone.towers)
+    processor = build_processor(vla.config)
+    if cfg.vision_pretrain_steps:
+        from prismatic_tr.policy.vision_pretrain import VisionPretrainConfig, pretrain_vision
+
+        history = pretrain_vision(vla, processor, VisionPretrainConfig(
+            steps=cfg.vision_pretrain_steps, batch_size=cfg.batch_size, seed=cfg.seed,
+            min_objects=cfg.demo_min_objects, max_objects=cfg.demo_max_objects),
+            log=lambda row: logging.getLogger("prismatic_tr.training").info(
+                "vision pretraining " + "  ".join(f"{k} {v:.3g}" for k, v in row.items())))
+        write_curve(history, cfg.output_dir / "vision_pretrain_curve.csv",
+                    ["step", "loss", "color_acc_on_objects", "offset_error_cm", "table_error_cm", "step_time_s"])
     vla.norm_stats, vla.config.norm_stats = {}, None
     vla.save_pretrained(out)
-    build_processor(vla.config).save_pretrained(out)
+    processor.save_pretrained(out)
     return out
 
 
@@ -101,15 +128,17 @@ def train(cfg: PolicyTrainConfig, data_root: Path, init: Path) -> Any:
 
     ft = FinetuneConfig(
         vla_path=str(init), data_root_dir=data_root, dataset_name=DATASET, run_root_dir=cfg.output_dir / "runs",
-        batch_size=cfg.batch_size, max_steps=cfg.max_steps, save_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        batch_size=cfg.batch_size, max_steps=cfg.max_steps, save_steps=cfg.save_steps or cfg.max_steps, learning_rate=cfg.learning_rate,
         lr_schedule="cosine", lr_warmup_steps=cfg.lr_warmup_steps, bf16_autocast=cfg.bf16_autocast,
         use_lora=False, shuffle_buffer_size=50_000, seed=cfg.seed, log_every=50, progress_bar=cfg.progress,
     )
     return finetune(ft)
 
 
-def write_curve(history: list[dict[str, float]], path: Path) -> None:
-    keys = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
+CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
+
+
+def write_curve(history: list[dict[str, float]], path: Path, keys: list[str] = CURVE_KEYS) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()

@@ -1,0 +1,162 @@
+"""Supervised pretraining of the policy's vision towers on rendered frames of the tabletop task.
+
+OpenVLA's towers start from DINOv2 and SigLIP, pretrained on web images: they already say what is where. No
+weights can be downloaded here, and towers trained from random weights by the action loss alone did not learn
+to find the named object in 3600-6000 steps (``benchmarks/results/policy_training``). This stage gives the
+towers what pretraining gives OpenVLA's: on random frames (random scene, random effector pose), a linear head
+on the fused patch features ``(B, 256, D)`` (the projector's input) is trained with the towers to predict each
+patch's object colour and shape, that object's position relative to the effector, the effector's height, and
+from every patch where the object of each colour is (``prismatic_tr.envs.patch_labels``). The head is then dropped; the VLA fine-tuning that follows trains towers,
+projector and Llama on the action tokens alone, as OpenVLA's fine-tuning does.
+
+    history = pretrain_vision(vla, processor, VisionPretrainConfig(steps=600))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from prismatic_tr.envs.patch_labels import (
+    NUM_COLOR_CLASSES,
+    NUM_SHAPE_CLASSES,
+    OFFSET_SCALE,
+    PatchLabels,
+    patch_labels,
+)
+from prismatic_tr.envs.render import Renderer
+from prismatic_tr.envs.scene import TaskConfig, sample_scene
+from prismatic_tr.envs.spec import COLORS, WORKSPACE_XY, WORKSPACE_Z
+
+FRAME_SEED_OFFSET = 500_000  # scenes of the pretraining frames: far from demonstration and evaluation seeds
+VIEWS_PER_SCENE = 8          # frames rendered per sampled scene (the table texture is drawn once per scene)
+
+
+@dataclass(frozen=True)
+class VisionPretrainConfig:
+    """Steps, batch size, AdamW learning rate (linear warm-up over ``warmup_steps``), seed, and the scenes'
+    object counts (uniform in [min_objects, max_objects])."""
+
+    steps: int = 600
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_steps: int = 50
+    seed: int = 0
+    min_objects: int = 1
+    max_objects: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "warmup_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not allowed; use an integer >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate!r} is not allowed; use a number > 0")
+        TaskConfig(self.min_objects, self.max_objects)  # validates the object counts
+
+
+class PatchHeads(nn.Module):
+    """One linear map per patch: ``(B, N, D)`` -> colour logits (B, N, C), shape logits (B, N, S), offset
+    (B, N, 2), height (B, N), table (B, N, len(COLORS), 3)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, NUM_COLOR_CLASSES + NUM_SHAPE_CLASSES + 3 + 3 * len(COLORS))
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.proj(features)
+        c, s = NUM_COLOR_CLASSES, NUM_SHAPE_CLASSES
+        table = out[..., c + s + 3 :].unflatten(-1, (len(COLORS), 3))
+        return out[..., :c], out[..., c : c + s], out[..., c + s : c + s + 2], out[..., c + s + 2], table
+
+
+class FrameSampler:
+    """Random frames of the task with their patch labels: batches of ``(images, labels)``."""
+
+    def __init__(self, cfg: VisionPretrainConfig) -> None:
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.task = TaskConfig(cfg.min_objects, cfg.max_objects)
+        self.next_scene = FRAME_SEED_OFFSET + cfg.seed * 100_000
+
+    def batch(self, size: int) -> tuple[list[np.ndarray], list[PatchLabels]]:
+        images, labels = [], []
+        while len(images) < size:
+            scene = sample_scene(self.next_scene, self.task)
+            self.next_scene += 1
+            renderer = Renderer(scene)
+            for _ in range(min(VIEWS_PER_SCENE, size - len(images))):
+                x, y = self.rng.uniform(-WORKSPACE_XY, WORKSPACE_XY, size=2)
+                effector = (float(x), float(y), float(self.rng.uniform(*WORKSPACE_Z)))
+                images.append(renderer.render(effector, gripper_open=bool(self.rng.random() < 0.8)))
+                labels.append(patch_labels(scene, effector))
+        return images, labels
+
+
+def _targets(labels: list[PatchLabels]) -> dict[str, torch.Tensor]:
+    return {"color": torch.from_numpy(np.stack([lb.color for lb in labels])),
+            "shape": torch.from_numpy(np.stack([lb.shape for lb in labels])),
+            "offset": torch.from_numpy(np.stack([lb.offset for lb in labels])),
+            "height": torch.tensor([lb.height for lb in labels], dtype=torch.float32),
+            "table": torch.from_numpy(np.stack([lb.table for lb in labels]))}
+
+
+def pretrain_losses(heads: PatchHeads, features: torch.Tensor, targets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Losses and metrics of one batch: features (B, N, D); targets from :func:`_targets` (N patches each)."""
+    color, shape, offset, height, table = heads(features.float())
+    on_object = targets["color"] > 0
+    offset_err = (offset - targets["offset"]).pow(2).sum(-1)
+    offset_loss = (offset_err * on_object).sum() / on_object.sum().clamp(min=1)
+    height_loss = (height - targets["height"][:, None]).pow(2).mean()
+    table_err = (table - targets["table"][:, None]).pow(2)
+    present = targets["table"][:, None, :, :1]
+    table_loss = table_err[..., 0].mean() + (table_err[..., 1:] * present).sum() / (present.sum() * 2 * table.shape[1]).clamp(min=1)
+    color_loss = F.cross_entropy(color.flatten(0, 1), targets["color"].flatten())
+    shape_loss = F.cross_entropy(shape.flatten(0, 1), targets["shape"].flatten())
+    with torch.no_grad():
+        color_acc = (color.argmax(-1) == targets["color"])[on_object].float().mean()
+        offset_cm = (offset_err.sqrt() * on_object).sum() / on_object.sum().clamp(min=1) * 100 * OFFSET_SCALE
+        table_cm = ((table_err[..., 1:].sum(-1).sqrt() * present[..., 0]).sum() / (present.sum() * table.shape[1])
+                    .clamp(min=1) * 100 * OFFSET_SCALE)
+    return {"loss": color_loss + shape_loss + 4.0 * offset_loss + height_loss + 4.0 * table_loss,
+            "color_acc_on_objects": color_acc, "offset_error_cm": offset_cm, "table_error_cm": table_cm}
+
+
+def pretrain_vision(
+    vla: nn.Module, processor: object, cfg: VisionPretrainConfig,
+    log: Callable[[dict[str, float]], None] | None = None, log_every: int = 50,
+) -> list[dict[str, float]]:
+    """Train ``vla.vision_backbone`` (in place) with :class:`PatchHeads` on rendered frames; returns the
+    per-log history (step, loss, colour accuracy on object patches, offset error in cm, s/step)."""
+    torch.manual_seed(cfg.seed)
+    backbone = vla.vision_backbone
+    heads = PatchHeads(int(backbone.embed_dim))
+    params = [p for p in backbone.parameters() if p.requires_grad] + list(heads.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps))
+    sampler, history = FrameSampler(cfg), []
+    was_training = backbone.training
+    backbone.train()
+    start = time.perf_counter()
+    for step in range(1, cfg.steps + 1):
+        images, labels = sampler.batch(cfg.batch_size)
+        pixel_values = processor(["In:"] * len(images), images)["pixel_values"]
+        metrics = pretrain_losses(heads, backbone(pixel_values), _targets(labels))
+        metrics["loss"].backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % log_every == 0 or step == cfg.steps:
+            row = {"step": float(step), **{k: float(v.detach()) for k, v in metrics.items()},
+                   "step_time_s": (time.perf_counter() - start) / step}
+            history.append(row)
+            if log is not None:
+                log(row)
+    backbone.train(was_training)
+    return history
