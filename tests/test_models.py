@@ -384,9 +384,10 @@ def test_tokenizer_reads_the_tabletop_task_words_whole(vocab_size: int) -> None:
 
     assert tk._TASK_COLORS == list(COLORS) and tk._TASK_SHAPES == list(SHAPES)
     assert tk._TASK_TEMPLATES == list(INSTRUCTION_TEMPLATES.values())
-    tok = build_tokenizer(vocab_size)
+    tok, default = build_tokenizer(vocab_size, task_words=True), build_tokenizer(vocab_size)
     for word in [*COLORS, *SHAPES]:
         assert tok.tokenize(f" {word}") == [f"\u0120{word}"], word
+    assert len(default.tokenize(" purple circle")) > 2  # off by default: other presets' ids are unchanged
 
 
 @pytest.mark.parametrize("vocab_size", [1024, 32000])

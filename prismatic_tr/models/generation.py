@@ -14,13 +14,18 @@ which transformers expands itself, reading it on the host once per forward (``to
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import transformers
 from transformers import LlamaForCausalLM
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 PASS_4D_MASK = int(transformers.__version__.split(".")[0]) >= 5
+# The KV cache's name in model forward kwargs and outputs: ``cache`` from transformers 5.24 on (where
+# ``past_key_values`` is a deprecated alias), ``past_key_values`` before.
+CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 @dataclass
@@ -108,7 +113,7 @@ def prefill(
         mask = llm_attention_mask(key_mask, t, inputs_embeds.dtype)
     out = lm.model(inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions, use_cache=True)
     logits = lm.lm_head(out.last_hidden_state[:, -1, :])
-    return logits, DecodeState(out.past_key_values, key_mask, positions[:, -1:] + 1)
+    return logits, DecodeState(getattr(out, CACHE_NAME), key_mask, positions[:, -1:] + 1)
 
 
 def decode_step(
@@ -123,11 +128,11 @@ def decode_step(
         input_ids=token,
         attention_mask=mask,
         position_ids=state.next_position,
-        past_key_values=state.past_key_values,
         use_cache=True,
+        **{CACHE_NAME: state.past_key_values},
     )
     logits = lm.lm_head(out.last_hidden_state[:, -1, :])
-    return logits, DecodeState(out.past_key_values, key_mask, state.next_position + 1)
+    return logits, DecodeState(getattr(out, CACHE_NAME), key_mask, state.next_position + 1)
 
 
 def select_token(

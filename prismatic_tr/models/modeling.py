@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import field, make_dataclass
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput
 from .action_tokenizer import ActionTokenizer
 from .checkpoint import DEFAULT_MAX_SHARD_BYTES, load_weights_, save_weights
 from .config import MODEL_TYPE, NativeOpenVLAConfig
+from .generation import CACHE_NAME
 from .inference import OpenVLAInferenceMixin
 from .init_utils import parameters_on_meta
 from .vision import NativeProjector, NativeVisionBackbone
@@ -32,16 +33,18 @@ CONFIG_NAME = "config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class PrismaticCausalLMOutput(ModelOutput):
-    """Output of :meth:`NativeOpenVLA.forward`; ``projector_features`` is (B, K, llm_dim) or None."""
-
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    past_key_values: Any = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-    projector_features: torch.Tensor | None = None
+# Output of :meth:`NativeOpenVLA.forward`: loss, logits, the KV cache (field ``CACHE_NAME``: ``cache`` from
+# transformers 5.24 on, where ``.past_key_values`` still reads it, else ``past_key_values``), hidden_states,
+# attentions, and projector_features (B, K, llm_dim) or None. Built with make_dataclass because the cache
+# field's name depends on the installed transformers.
+PrismaticCausalLMOutput = make_dataclass(
+    "PrismaticCausalLMOutput",
+    [(name, Any, field(default=None)) for name in
+     ("loss", "logits", CACHE_NAME, "hidden_states", "attentions", "projector_features")],
+    bases=(ModelOutput,),
+    namespace={"__doc__": "Output of NativeOpenVLA.forward; projector_features is (B, K, llm_dim) or None.",
+               "__module__": __name__},
+)
 
 
 def build_language_model(text_config: LlamaConfig, attn_implementation: str) -> LlamaForCausalLM:
@@ -127,15 +130,15 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             labels=labels,
             use_cache=use_cache,
+            **{CACHE_NAME: past_key_values},
             **{k: v for k, v in extra.items() if v is not None},
         )
         return PrismaticCausalLMOutput(
             loss=out.loss,
             logits=out.logits,
-            past_key_values=out.past_key_values,
+            **{CACHE_NAME: getattr(out, CACHE_NAME)},
             hidden_states=getattr(out, "hidden_states", None),
             attentions=getattr(out, "attentions", None),
             projector_features=projected,

@@ -119,9 +119,10 @@ def load_tokenizer(directory: str | os.PathLike) -> PreTrainedTokenizerBase:
         hf_logging.set_verbosity(level)
 
 
-def build_processor(config: Any) -> PrismaticProcessor:
-    """Processor for a model config (a preset's locally built tokenizer; OpenVLA's image settings)."""
+def build_processor(config: Any, task_words: bool = False) -> PrismaticProcessor:
+    """Processor for a model config (a preset's locally built tokenizer, with the tabletop task's words whole
+    when ``task_words``; OpenVLA's image settings)."""
     cfg = preprocessor_config(list(config.timm_model_ids), list(config.image_sizes), config.image_resize_strategy,
                               bool(config.use_fused_vision_backbone))
-    tokenizer = build_tokenizer(int(config.text_vocab_size), int(config.n_action_bins))
+    tokenizer = build_tokenizer(int(config.text_vocab_size), int(config.n_action_bins), task_words)
     return PrismaticProcessor(tokenizer, ImageTransform(cfg))

@@ -49,8 +49,10 @@ _OBJECTS = [
     "the microwave door",
 ]
 # The bundled tabletop task's instructions ("pick up the red block", "move to the blue circle"; the words of
-# prismatic_tr.envs.spec, checked by tests/test_models.py): each colour and shape word is a whole token, as in
-# Llama-2's tokenizer, so the policy reads the target from one position instead of spelling it out.
+# prismatic_tr.envs.spec, checked by tests/test_models.py), added to the corpus with ``task_words=True`` (the
+# policy recipe): each colour and shape word is then a whole token, as in Llama-2's tokenizer, so the policy
+# reads the target from one position instead of spelling it out. Off by default: the other presets' token ids
+# (and the recorded OpenVLA parity values) stay as they were.
 _TASK_COLORS = ["red", "green", "blue", "yellow", "purple"]
 _TASK_SHAPES = ["block", "circle", "triangle", "star", "cross"]
 _TASK_TEMPLATES = ["pick up the {}", "move to the {}"]
@@ -62,15 +64,16 @@ def build_prompt(instruction: str) -> str:
     return PROMPT_TEMPLATE.format(instruction=instruction.strip().rstrip("?").lower())
 
 
-def _corpus() -> list[str]:
-    """A fixed corpus of robot-instruction prompts (deterministic order)."""
+def _corpus(task_words: bool = False) -> list[str]:
+    """A fixed corpus of robot-instruction prompts (deterministic order); see ``_TASK_COLORS`` for task_words."""
     lines = [build_prompt(f"{v} {o} {p}") for v in _VERBS for o in _OBJECTS for p in _PLACES]
-    lines += [build_prompt(t.format(f"{c} {s}")) for t in _TASK_TEMPLATES for c in _TASK_COLORS for s in _TASK_SHAPES
-              for _ in range(8)]
+    if task_words:
+        lines += [build_prompt(t.format(f"{c} {s}")) for t in _TASK_TEMPLATES for c in _TASK_COLORS
+                  for s in _TASK_SHAPES for _ in range(8)]
     return lines + ["the robot arm gripper moves slowly and carefully 0 1 2 3 4 5 6 7 8 9 , . ! ?"]
 
 
-def _trained_bpe(max_vocab: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def _trained_bpe(max_vocab: int, task_words: bool = False) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Train a byte-level BPE on the corpus; returns its vocab and merges (format-independent)."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
@@ -80,20 +83,21 @@ def _trained_bpe(max_vocab: int) -> tuple[dict[str, int], list[tuple[str, str]]]
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(_corpus(task_words), trainer=trainer)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     return dict(model["vocab"]), merges  # type: ignore[return-value]
 
 
-def build_tokenizer(vocab_size: int, n_action_bins: int = 256) -> PreTrainedTokenizerFast:
-    """Llama-like fast tokenizer with ``vocab_size`` base ids plus <PAD> (= ``vocab_size``)."""
+def build_tokenizer(vocab_size: int, n_action_bins: int = 256, task_words: bool = False) -> PreTrainedTokenizerFast:
+    """Llama-like fast tokenizer with ``vocab_size`` base ids plus <PAD> (= ``vocab_size``); ``task_words``: the
+    tabletop task's colour and shape words are whole tokens."""
     max_vocab = min(MAX_TRAINED_VOCAB, vocab_size - n_action_bins)
     if max_vocab < 512:
         raise ValueError(
             f"vocab_size={vocab_size} too small; need >= {512 + n_action_bins} for text + action bins"
         )
-    vocab, merges = _trained_bpe(max_vocab)
+    vocab, merges = _trained_bpe(max_vocab, task_words)
     for i in range(len(vocab), vocab_size):
         vocab[f"<fill_{i}>"] = i
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))

@@ -105,7 +105,7 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
     out = cfg.output_dir / "init"
     vla = build_vla(cfg.preset, seed=cfg.seed)
     init_sincos_pos_embed_(vla.vision_backbone.towers)
-    processor = build_processor(vla.config)
+    processor = build_processor(vla.config, task_words=True)  # colour and shape words as whole tokens
     if cfg.vision_pretrain_steps:
         from prismatic_tr.policy.vision_pretrain import VisionPretrainConfig, pretrain_vision
 
