@@ -136,6 +136,22 @@ def test_loss_falls_on_a_repeated_batch(paths, tmp_path, method):
     assert losses[-1] < losses[0] - 0.05 and all(b < a for a, b in zip(losses, losses[1:], strict=False))
 
 
+@pytest.mark.parametrize("use_lora", [False, True])
+def test_frozen_vision_backbone_keeps_the_towers(paths, tmp_path, use_lora):
+    cfg = make_cfg(paths, tmp_path, use_lora=use_lora, freeze_vision_backbone=True)
+    assert "frozen-vision" in cfg.exp_id()
+    s = prepare(cfg, init_distributed())
+    towers = {n: p.detach().clone() for n, p in s.vla.vision_backbone.named_parameters()}
+    rest = {n: p.detach().clone() for n, p in s.vla.named_parameters() if p.requires_grad}
+    assert towers and rest and not any(p.requires_grad for p in s.vla.vision_backbone.parameters())
+    batch = next(iter(build_loader(cfg, s.plan, s.vla, s.processor, s.info, seed=0)))
+    for _ in range(2):
+        optimizer_step(s.model, itertools.repeat(batch), s.optimizer, 1, s.info.device, s.action_tokenizer)
+    assert all(torch.equal(p, towers[n]) for n, p in s.vla.vision_backbone.named_parameters())
+    after = dict(s.vla.named_parameters())
+    assert any(not torch.equal(after[n], v) for n, v in rest.items())  # the projector / LLM did train
+
+
 def test_checkpoint_reloads_with_reduction_and_resumes(paths, tmp_path):
     cfg = make_cfg(paths, tmp_path, max_steps=2, save_steps=1, save_latest_checkpoint_only=False,
                    token_reduction={"method": "topk_magnitude", "reduction_ratio": 0.25})

@@ -1,9 +1,14 @@
-"""Train the bundled tabletop policy from scratch on the CPU: expert demonstrations, a random OpenVLA-structured
-model (preset ``policy``: DINOv2 + SigLIP towers 64 wide and 6 deep, 256 patch tokens, a Llama 128 wide and 4
-deep, 256 action bins), full fine-tuning with the package's trainer, closed-loop evaluation on unseen episodes.
+"""Train the tabletop policy on the CPU: expert demonstrations, a random OpenVLA-structured model (preset
+``policy``: DINOv2 + SigLIP towers 64 wide and 6 deep, 256 patch tokens, a Llama 128 wide and 4 deep, 256
+action bins), optional tower pretraining, fine-tuning with the package's trainer (optionally with frozen towers
+and the grounding loss), closed-loop evaluation on unseen episodes.
 
-    python vla_scripts/train_policy.py                                   # the bundled policy's recipe
-    python vla_scripts/train_policy.py --install_dir prismatic_tr/assets/tabletop_policy
+    python vla_scripts/train_policy.py --num_episodes 3000 --vision_pretrain_steps 1000 --freeze_vision true
+    python vla_scripts/train_policy.py --init_checkpoint CKPT --data_root D --grounding_loss_weight 1.0 \
+        --install_dir prismatic_tr/assets/tabletop_policy
+
+The bundled policy (``prismatic_tr/assets/tabletop_policy``) was made by two such commands, given with their
+seeds, data and curves in ``benchmarks/results/policy_training/README.md``.
 
 Writes ``<output_dir>/{data,init,runs}``, ``training_curve.csv`` and ``evaluation.json`` (success on unseen
 seeds with its Wilson 95 % interval, minutes per stage). Bad flags exit with status 2 before any work.

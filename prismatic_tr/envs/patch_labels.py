@@ -7,11 +7,12 @@ the effector (camera) at ``(ex, ey, ez)``, patch ``(row, col)`` gets:
 - ``color``, ``shape``: 1 + the index (in ``spec.COLORS`` / ``spec.SHAPES``) of the object whose disc of radius
   ``OBJECT_RADIUS`` covers the patch centre (the nearest such object), 0 where none does;
 - ``offset``: that object's centre relative to the effector, ``(x - ex, y - ey) / OFFSET_SCALE`` (0 where none);
-- ``height``: the effector's height mapped to [-1, 1] over ``WORKSPACE_Z`` (the same for every patch);
-- ``table``: per colour of ``spec.COLORS``, (present, dx, dy) of the nearest object of that colour anywhere on
-  the table (in view or not), offsets as above (zeros when absent; the same for every patch). Predicting it
-  from every patch makes the towers gather where each object is into every token, as a language model that
-  has not yet learned where to look reads them.
+- ``height``: the effector's height mapped to [-1, 1] over ``WORKSPACE_Z`` (the same for every patch).
+
+Every label but the height is local: a patch is told about the object it shows, never about objects elsewhere
+(task version 1's recipe also asked every patch where each colour's object was; that puts the whole scene in
+every token, so dropping tokens would cost the policy nothing and its fidelity figures would flatter every
+reducer). Finding the named object among the tokens is left to the language model, as in OpenVLA.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from prismatic_tr.envs.spec import (
     view_half_width,
 )
 
-OFFSET_SCALE = 0.2  # metres per unit of the offset label (objects are at most ~0.4 m from the effector)
+OFFSET_SCALE = 0.05  # metres per unit of the offset label (objects are at most ~0.4 m from the effector)
 COLOR_IDS = {c: i + 1 for i, c in enumerate(COLORS)}
 SHAPE_IDS = {s: i + 1 for i, s in enumerate(SHAPES)}
 NUM_COLOR_CLASSES, NUM_SHAPE_CLASSES = len(COLORS) + 1, len(SHAPES) + 1
@@ -41,15 +42,13 @@ NUM_COLOR_CLASSES, NUM_SHAPE_CLASSES = len(COLORS) + 1, len(SHAPES) + 1
 class PatchLabels:
     """Labels of one frame on a ``grid x grid`` patch grid, row-major (the ViT's patch order).
 
-    color, shape: (grid * grid,) int64; offset: (grid * grid, 2) float32; height: float;
-    table: (len(COLORS), 3) float32.
+    color, shape: (grid * grid,) int64; offset: (grid * grid, 2) float32; height: float.
     """
 
     color: np.ndarray
     shape: np.ndarray
     offset: np.ndarray
     height: float
-    table: np.ndarray
 
 
 def patch_labels(scene: Scene, effector: tuple[float, float, float], grid: int = 16) -> PatchLabels:
@@ -71,13 +70,6 @@ def patch_labels(scene: Scene, effector: tuple[float, float, float], grid: int =
         best[hit] = dist[hit]
         color[hit], shape[hit] = COLOR_IDS[obj.color], SHAPE_IDS[obj.shape]
         offset[hit] = ((obj.x - ex) / OFFSET_SCALE, (obj.y - ey) / OFFSET_SCALE)
-    table = np.zeros((len(COLORS), 3), dtype=np.float32)
-    nearest = np.full(len(COLORS), np.inf)
-    for obj in scene.objects:
-        i, dist = COLOR_IDS[obj.color] - 1, float(np.hypot(obj.x - ex, obj.y - ey))
-        if dist < nearest[i]:
-            nearest[i] = dist
-            table[i] = (1.0, (obj.x - ex) / OFFSET_SCALE, (obj.y - ey) / OFFSET_SCALE)
     low, high = WORKSPACE_Z
     height = float(2.0 * (ez - low) / (high - low) - 1.0)
-    return PatchLabels(color.reshape(-1), shape.reshape(-1), offset.reshape(-1, 2), height, table)
+    return PatchLabels(color.reshape(-1), shape.reshape(-1), offset.reshape(-1, 2), height)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-TASK_VERSION = "1"  # bump when the rendering, dynamics or expert change (datasets record it)
+TASK_VERSION = "2"  # 2: the expert moves on a 5 mm grid (prismatic_tr.envs.expert); bump when the rendering, dynamics or expert change (datasets record it)
 
 # Camera: image of IMAGE_SIZE x IMAGE_SIZE pixels, RGB uint8, centred on the effector.
 IMAGE_SIZE = 224

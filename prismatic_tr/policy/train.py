@@ -42,9 +42,17 @@ class PolicyTrainConfig:
     motion_noise: float = 0.2                  # executed-motion noise of the demonstrations (DART-style)
     demo_min_objects: int = 1                  # objects per demonstration scene, uniform in [min, max]; fewer
     demo_max_objects: int = 5                  #   than the task's 3-5 give easy scenes that teach finding objects
+    data_root: Path | None = None              # demonstrations written before (default: <output_dir>/data, written
+                                               #   there when missing)
+    init_checkpoint: Path | None = None        # fine-tune this checkpoint (an earlier run's) instead of a new
+                                               #   model: preset and tower pretraining are then not used
     preset: str = "policy"                     # model size (prismatic_tr.models.PRESETS)
     vision_pretrain_steps: int = 0             # supervised tower pretraining on rendered frames first (0 = none;
                                                #   prismatic_tr.policy.vision_pretrain), batch batch_size
+    freeze_vision: bool = False                # fine-tune projector and Llama only (the towers keep their
+                                               #   pretrained weights; ~35 % less time per step)
+    grounding_loss_weight: float = 0.0         # training-only loss: the instruction's colour word predicts the
+                                               #   expert's (dx, dy) (prismatic_tr.policy.grounding); 0 = off
     seed: int = 0                              # weights and data order
     max_steps: int = 4000                      # optimizer steps
     batch_size: int = 32                       # examples per step
@@ -62,6 +70,16 @@ class PolicyTrainConfig:
         from prismatic_tr.models.config import PRESETS
 
         self.output_dir = Path(self.output_dir)
+        if self.data_root is not None:
+            self.data_root = Path(self.data_root)
+            if not (self.data_root / DATASET / "demos.json").is_file():
+                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} demonstrations "
+                                 f"({DATASET}/demos.json); omit it to write them into <output_dir>/data")
+        if self.init_checkpoint is not None:
+            self.init_checkpoint = Path(self.init_checkpoint)
+            if not (self.init_checkpoint / "config.json").is_file():
+                raise ValueError(f"--init_checkpoint {str(self.init_checkpoint)!r} is not a checkpoint directory "
+                                 "(no config.json)")
         for name in ("num_episodes", "max_steps", "batch_size", "eval_episodes", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -75,13 +93,18 @@ class PolicyTrainConfig:
         if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
             raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
                              "are not allowed; need 1 <= min <= max <= 5")
+        if not self.grounding_loss_weight >= 0.0:
+            raise ValueError(f"--grounding_loss_weight {self.grounding_loss_weight!r} is not allowed; use a number >= 0")
         if not 0.0 <= self.motion_noise <= 1.0:
             raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
 
 
 def ensure_demos(cfg: PolicyTrainConfig) -> Path:
-    """Write the demonstrations once; returns the data root."""
+    """Write the demonstrations once (unless ``cfg.data_root`` names them); returns the data root."""
     from prismatic_tr.envs.demos import DemoConfig, make_demos
+
+    if cfg.data_root is not None:
+        return cfg.data_root
 
     root = cfg.output_dir / "data"
     if not (root / DATASET / "demos.json").is_file():
@@ -115,7 +138,7 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
             log=lambda row: logging.getLogger("prismatic_tr.training").info(
                 "vision pretraining " + "  ".join(f"{k} {v:.3g}" for k, v in row.items())))
         write_curve(history, cfg.output_dir / "vision_pretrain_curve.csv",
-                    ["step", "loss", "color_acc_on_objects", "offset_error_cm", "table_error_cm", "step_time_s"])
+                    ["step", "loss", "color_acc_on_objects", "shape_acc_on_objects", "offset_error_cm", "step_time_s"])
     vla.norm_stats, vla.config.norm_stats = {}, None
     vla.save_pretrained(out)
     processor.save_pretrained(out)
@@ -123,16 +146,27 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
 
 
 def train(cfg: PolicyTrainConfig, data_root: Path, init: Path) -> Any:
-    """Full fine-tuning (no LoRA) of the initial checkpoint on the demonstrations."""
+    """Full fine-tuning (no LoRA) of the initial checkpoint on the demonstrations (with the grounding loss when
+    ``cfg.grounding_loss_weight`` > 0)."""
     from prismatic_tr.training import FinetuneConfig, finetune
+    from prismatic_tr.training.distributed import init_distributed
+    from prismatic_tr.training.loop import prepare, run
 
     ft = FinetuneConfig(
         vla_path=str(init), data_root_dir=data_root, dataset_name=DATASET, run_root_dir=cfg.output_dir / "runs",
         batch_size=cfg.batch_size, max_steps=cfg.max_steps, save_steps=cfg.save_steps or cfg.max_steps, learning_rate=cfg.learning_rate,
         lr_schedule="cosine", lr_warmup_steps=cfg.lr_warmup_steps, bf16_autocast=cfg.bf16_autocast,
-        use_lora=False, shuffle_buffer_size=50_000, seed=cfg.seed, log_every=50, progress_bar=cfg.progress,
+        use_lora=False, freeze_vision_backbone=cfg.freeze_vision, shuffle_buffer_size=50_000, seed=cfg.seed, log_every=50, progress_bar=cfg.progress,
     )
-    return finetune(ft)
+    if not cfg.grounding_loss_weight:
+        return finetune(ft)
+    from prismatic_tr.policy.grounding import GroundingLoss, color_word_ids
+
+    session = prepare(ft, init_distributed())
+    aux = GroundingLoss(session.vla.config.text_config.hidden_size, color_word_ids(session.processor.tokenizer),
+                        session.action_tokenizer, weight=cfg.grounding_loss_weight)
+    session.optimizer.add_param_group({"params": list(aux.parameters())})
+    return run(session, aux_loss=aux)
 
 
 CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
@@ -182,9 +216,11 @@ def run_recipe(cfg: PolicyTrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg)
     t_demos = time.perf_counter()
-    result = train(cfg, data_root, write_initial_checkpoint(cfg))
+    init = cfg.init_checkpoint if cfg.init_checkpoint is not None else write_initial_checkpoint(cfg)
+    result = train(cfg, data_root, init)
     t_train = time.perf_counter()
-    write_curve(result.history, cfg.output_dir / "training_curve.csv")
+    write_curve(result.history, cfg.output_dir / "training_curve.csv",
+                CURVE_KEYS + (["aux_loss"] if cfg.grounding_loss_weight else []))
     evaluation = evaluate(cfg, result.last_checkpoint)
     record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()},
               "checkpoint": str(result.last_checkpoint), "evaluation": evaluation,

@@ -5,9 +5,9 @@ weights can be downloaded here, and towers trained from random weights by the ac
 to find the named object in 3600-6000 steps (``benchmarks/results/policy_training``). This stage gives the
 towers what pretraining gives OpenVLA's: on random frames (random scene, random effector pose), a linear head
 on the fused patch features ``(B, 256, D)`` (the projector's input) is trained with the towers to predict each
-patch's object colour and shape, that object's position relative to the effector, the effector's height, and
-from every patch where the object of each colour is (``prismatic_tr.envs.patch_labels``). The head is then dropped; the VLA fine-tuning that follows trains towers,
-projector and Llama on the action tokens alone, as OpenVLA's fine-tuning does.
+patch's object colour and shape, that object's position relative to the effector and the effector's height
+(``prismatic_tr.envs.patch_labels``: local labels only). The head is then dropped; the VLA fine-tuning that
+follows trains on the action tokens alone, as OpenVLA's fine-tuning does.
 
     history = pretrain_vision(vla, processor, VisionPretrainConfig(steps=600))
 """
@@ -32,7 +32,7 @@ from prismatic_tr.envs.patch_labels import (
 )
 from prismatic_tr.envs.render import Renderer
 from prismatic_tr.envs.scene import TaskConfig, sample_scene
-from prismatic_tr.envs.spec import COLORS, WORKSPACE_XY, WORKSPACE_Z
+from prismatic_tr.envs.spec import WORKSPACE_XY, WORKSPACE_Z
 
 FRAME_SEED_OFFSET = 500_000  # scenes of the pretraining frames: far from demonstration and evaluation seeds
 VIEWS_PER_SCENE = 8          # frames rendered per sampled scene (the table texture is drawn once per scene)
@@ -45,7 +45,7 @@ class VisionPretrainConfig:
 
     steps: int = 600
     batch_size: int = 32
-    learning_rate: float = 1e-3
+    learning_rate: float = 1.5e-3
     warmup_steps: int = 50
     seed: int = 0
     min_objects: int = 1
@@ -63,17 +63,16 @@ class VisionPretrainConfig:
 
 class PatchHeads(nn.Module):
     """One linear map per patch: ``(B, N, D)`` -> colour logits (B, N, C), shape logits (B, N, S), offset
-    (B, N, 2), height (B, N), table (B, N, len(COLORS), 3)."""
+    (B, N, 2), height (B, N)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        self.proj = nn.Linear(dim, NUM_COLOR_CLASSES + NUM_SHAPE_CLASSES + 3 + 3 * len(COLORS))
+        self.proj = nn.Linear(dim, NUM_COLOR_CLASSES + NUM_SHAPE_CLASSES + 3)
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.proj(features)
         c, s = NUM_COLOR_CLASSES, NUM_SHAPE_CLASSES
-        table = out[..., c + s + 3 :].unflatten(-1, (len(COLORS), 3))
-        return out[..., :c], out[..., c : c + s], out[..., c + s : c + s + 2], out[..., c + s + 2], table
+        return out[..., :c], out[..., c : c + s], out[..., c + s : c + s + 2], out[..., c + s + 2]
 
 
 class FrameSampler:
@@ -103,29 +102,26 @@ def _targets(labels: list[PatchLabels]) -> dict[str, torch.Tensor]:
     return {"color": torch.from_numpy(np.stack([lb.color for lb in labels])),
             "shape": torch.from_numpy(np.stack([lb.shape for lb in labels])),
             "offset": torch.from_numpy(np.stack([lb.offset for lb in labels])),
-            "height": torch.tensor([lb.height for lb in labels], dtype=torch.float32),
-            "table": torch.from_numpy(np.stack([lb.table for lb in labels]))}
+            "height": torch.tensor([lb.height for lb in labels], dtype=torch.float32)}
 
 
 def pretrain_losses(heads: PatchHeads, features: torch.Tensor, targets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Losses and metrics of one batch: features (B, N, D); targets from :func:`_targets` (N patches each)."""
-    color, shape, offset, height, table = heads(features.float())
+    color, shape, offset, height = heads(features.float())
     on_object = targets["color"] > 0
-    offset_err = (offset - targets["offset"]).pow(2).sum(-1)
-    offset_loss = (offset_err * on_object).sum() / on_object.sum().clamp(min=1)
+    n_on = on_object.sum().clamp(min=1)
+    offset_huber = F.smooth_l1_loss(offset, targets["offset"], reduction="none").sum(-1)
+    offset_loss = (offset_huber * on_object).sum() / n_on
     height_loss = (height - targets["height"][:, None]).pow(2).mean()
-    table_err = (table - targets["table"][:, None]).pow(2)
-    present = targets["table"][:, None, :, :1]
-    table_loss = table_err[..., 0].mean() + (table_err[..., 1:] * present).sum() / (present.sum() * 2 * table.shape[1]).clamp(min=1)
     color_loss = F.cross_entropy(color.flatten(0, 1), targets["color"].flatten())
     shape_loss = F.cross_entropy(shape.flatten(0, 1), targets["shape"].flatten())
     with torch.no_grad():
         color_acc = (color.argmax(-1) == targets["color"])[on_object].float().mean()
-        offset_cm = (offset_err.sqrt() * on_object).sum() / on_object.sum().clamp(min=1) * 100 * OFFSET_SCALE
-        table_cm = ((table_err[..., 1:].sum(-1).sqrt() * present[..., 0]).sum() / (present.sum() * table.shape[1])
-                    .clamp(min=1) * 100 * OFFSET_SCALE)
-    return {"loss": color_loss + shape_loss + 4.0 * offset_loss + height_loss + 4.0 * table_loss,
-            "color_acc_on_objects": color_acc, "offset_error_cm": offset_cm, "table_error_cm": table_cm}
+        shape_acc = (shape.argmax(-1) == targets["shape"])[on_object].float().mean()
+        offset_err = (offset - targets["offset"]).pow(2).sum(-1).sqrt()
+        offset_cm = (offset_err * on_object).sum() / n_on * 100 * OFFSET_SCALE
+    return {"loss": color_loss + shape_loss + offset_loss + height_loss, "color_acc_on_objects": color_acc,
+            "shape_acc_on_objects": shape_acc, "offset_error_cm": offset_cm}
 
 
 def pretrain_vision(
@@ -133,7 +129,7 @@ def pretrain_vision(
     log: Callable[[dict[str, float]], None] | None = None, log_every: int = 50,
 ) -> list[dict[str, float]]:
     """Train ``vla.vision_backbone`` (in place) with :class:`PatchHeads` on rendered frames; returns the
-    per-log history (step, loss, colour accuracy on object patches, offset error in cm, s/step)."""
+    per-log history (step, loss, colour and shape accuracy on object patches, offset error in cm, s/step)."""
     torch.manual_seed(cfg.seed)
     backbone = vla.vision_backbone
     heads = PatchHeads(int(backbone.embed_dim))

@@ -84,6 +84,8 @@ class FinetuneConfig:
     shuffle_buffer_size: int = 100_000                      # tf.data shuffle buffer (steps)
     save_latest_checkpoint_only: bool = True                # overwrite one checkpoint instead of one per save
     max_length: int | None = None                           # cut token sequences to this length (None: no cut)
+    freeze_vision_backbone: bool = False                    # the towers keep their weights (Prismatic's frozen-
+                                                            #   backbone stages); projector and LLM train
     seed: int = 7                                           # torch / shuffle seed (rank r uses seed + r)
 
     # LoRA and quantization
@@ -158,6 +160,8 @@ class FinetuneConfig:
             parts.append(f"lora-r{self.lora_rank}+dropout-{self.lora_dropout}")
         if self.use_quantization:
             parts.append(f"q-{self.quantization_bits}bit")
+        if self.freeze_vision_backbone:
+            parts.append("frozen-vision")
         if self.token_reduction.enabled:
             parts.append(f"tr-{self.token_reduction.method}-{self.token_reduction.reduction_ratio}")
         if self.run_id_note:

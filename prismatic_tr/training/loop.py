@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,25 +70,36 @@ def build_loader(cfg: FinetuneConfig, plan: DataPlan, vla: nn.Module, processor:
                       collate_fn=PaddedCollator(pad, max_length=cfg.max_length))
 
 
+# aux_loss(model output, batch on the device) -> a scalar added to the loss (reported as "aux_loss")
+AuxLoss = Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]
+
+
 def forward_with_metrics(
     model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, action_tokenizer: ActionTokenizer,
-    use_bf16: bool | None = None,
+    use_bf16: bool | None = None, aux_loss: AuxLoss | None = None,
 ) -> dict[str, torch.Tensor]:
     """One forward (bf16 autocast when ``use_bf16``; default: on a GPU) -> {"loss", "action_accuracy",
-    "action_l1"} as tensors.
+    "action_l1"} as tensors (and "aux_loss" with ``aux_loss``, which sees the hidden states: the forward then
+    returns them, and the loss is the action loss plus it).
 
     The logits are sliced with ``projector_features.shape[1]``, the real (possibly reduced) visual token count.
     """
     use_bf16 = device.type == "cuda" if use_bf16 is None else use_bf16
+    batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    extra = {"output_hidden_states": True} if aux_loss is not None else {}
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
         out = model(
-            input_ids=batch["input_ids"].to(device),
-            attention_mask=batch["attention_mask"].to(device),
-            pixel_values=batch["pixel_values"].to(device, torch.bfloat16 if use_bf16 else torch.float32),
-            labels=batch["labels"].to(device),
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            pixel_values=batch["pixel_values"].to(torch.bfloat16 if use_bf16 else torch.float32),
+            labels=batch["labels"],
+            **extra,
         )
-    metrics = action_metrics(out.logits, batch["labels"].to(device), out.projector_features.shape[1], action_tokenizer)
-    return {"loss": out.loss, **metrics}
+    metrics = action_metrics(out.logits, batch["labels"], out.projector_features.shape[1], action_tokenizer)
+    if aux_loss is None:
+        return {"loss": out.loss, **metrics}
+    aux = aux_loss(out, batch)
+    return {"loss": out.loss + aux, "aux_loss": aux, **metrics}
 
 
 def optimizer_step(
@@ -99,6 +110,7 @@ def optimizer_step(
     device: torch.device,
     action_tokenizer: ActionTokenizer,
     use_bf16: bool | None = None,
+    aux_loss: AuxLoss | None = None,
 ) -> dict[str, torch.Tensor]:
     """``grad_accumulation_steps`` micro-batches, one AdamW step; returns the mean metrics (detached tensors).
 
@@ -109,7 +121,7 @@ def optimizer_step(
         last = micro == grad_accumulation_steps - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
-            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer, use_bf16)
+            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer, use_bf16, aux_loss)
             (metrics["loss"] / grad_accumulation_steps).backward()
         for k, v in metrics.items():
             totals[k] = totals.get(k, 0.0) + v.detach().float() / grad_accumulation_steps
@@ -134,8 +146,9 @@ def _log(records: list[dict[str, torch.Tensor]], step: int, elapsed: float, resu
         row.update(step=float(step - len(records) + i + 1), step_time_s=per_step)
         result.history.append(row)
     last = result.history[-1]
-    logger.info("step %d  loss %.4f  action_acc %.3f  action_l1 %.4f  %.2f s/step",
-                step, last["loss"], last["action_accuracy"], last["action_l1"], per_step)
+    aux = f"  aux_loss {last['aux_loss']:.4f}" if "aux_loss" in last else ""
+    logger.info("step %d  loss %.4f  action_acc %.3f  action_l1 %.4f%s  %.2f s/step",
+                step, last["loss"], last["action_accuracy"], last["action_l1"], aux, per_step)
     if run is not None:
         run.log({k: v for k, v in last.items() if k != "step"}, step=step)
 
@@ -203,8 +216,12 @@ def _dump_config(cfg: FinetuneConfig, run_dir: Path) -> None:
         draccus.dump(cfg, f)
 
 
-def run(session: Session) -> TrainResult:
-    """Train from ``session.start_step`` to ``cfg.max_steps``, logging and checkpointing on rank 0."""
+def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
+    """Train from ``session.start_step`` to ``cfg.max_steps``, logging and checkpointing on rank 0.
+
+    ``aux_loss`` (see :func:`forward_with_metrics`) adds a training-only term; its parameters, if any, must be in
+    ``session.optimizer`` already (``add_param_group``). Checkpoints hold the model only.
+    """
     from tqdm import tqdm
 
     cfg, info = session.cfg, session.info
@@ -219,7 +236,7 @@ def run(session: Session) -> TrainResult:
         for group in session.optimizer.param_groups:
             group["lr"] = lr
         metrics = optimizer_step(session.model, batches, session.optimizer, cfg.grad_accumulation_steps,
-                                 info.device, session.action_tokenizer, cfg.autocast(info.device))
+                                 info.device, session.action_tokenizer, cfg.autocast(info.device), aux_loss)
         metrics["lr"] = torch.tensor(lr)
         if info.is_main:
             pending.append(metrics)

@@ -84,7 +84,8 @@ def build_training_model(
 
     Returns:
         (model to train: PeftModel or the VLA itself, processor, the underlying VLA).
-    Order: load on the CPU -> quantize (optional) -> move to ``device`` -> token reduction -> LoRA.
+    Order: load on the CPU -> quantize (optional) -> move to ``device`` -> token reduction -> LoRA -> freeze the
+    towers (``cfg.freeze_vision_backbone``: no gradient reaches them, so their backward pass is skipped too).
     """
     vla, processor = load_base(cfg.vla_path, dtype=dtype, device="cpu")
     if cfg.use_quantization:
@@ -98,6 +99,9 @@ def build_training_model(
     if not cfg.use_lora:
         for p in vla.parameters():
             p.requires_grad_(True)
+    if cfg.freeze_vision_backbone:
+        for p in vla.vision_backbone.parameters():
+            p.requires_grad_(False)
     model.train()
     return model, processor, vla
 
