@@ -250,3 +250,17 @@ def test_bundled_policy_solves_unseen_episodes() -> None:
     seeds = list(range(UNSEEN_SEED_OFFSET, UNSEEN_SEED_OFFSET + 20))
     outcomes = run_episodes(vla.eval(), processor, seeds, bundled.UNNORM_KEY, batch_size=20)
     assert sum(o.success for o in outcomes) >= 15, [o.outcome for o in outcomes]
+
+
+def test_tradeoff_plot_takes_rates_of_zero_and_one(tmp_path: Path) -> None:
+    """Wilson bounds at 0 / n and n / n sit a hair past the rate in float (3.5e-18 above 0): the error bars must
+    still draw (the main job's run on the bundled policy failed there once)."""
+    from prismatic_tr.policy.report import plot_tradeoff
+
+    records = []
+    for site, k, speed in (("none", 100, 1.0), ("projector", 0, 1.4), ("llm", 100, 1.1)):
+        low, high = wilson_interval(k, 100)
+        records.append({"site": site, "method": site, "reduction_ratio": 0.5, "predict_action_speedup": speed,
+                        "success_rate": k / 100, "success_ci_low": low, "success_ci_high": high})
+    assert records[1]["success_ci_low"] > records[1]["success_rate"]  # the case itself
+    assert plot_tradeoff(records, tmp_path / "t.png").stat().st_size > 0

@@ -66,8 +66,9 @@ def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: st
         color = SITE_COLORS.get(site, "gray")
         ax.plot(xs, ys, "o-", color=color, alpha=0.8, label=family)
         if "success_ci_low" in recs[0] and y == "success_rate":
-            low = [r[y] - r["success_ci_low"] for r in recs]
-            high = [r["success_ci_high"] - r[y] for r in recs]
+            # float rounding puts a Wilson bound a hair past the rate at 0 or all successes: clip to >= 0
+            low = [max(0.0, r[y] - r["success_ci_low"]) for r in recs]
+            high = [max(0.0, r["success_ci_high"] - r[y]) for r in recs]
             ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, alpha=0.4, capsize=3)
         for r in recs:
             ax.annotate(f"{r['reduction_ratio']:.2g}", (r[x], r[y]), fontsize=7, xytext=(3, 3),
