@@ -28,7 +28,7 @@ from prismatic_tr.models import (
     normalize_actions,
     unnormalize_actions,
 )
-from prismatic_tr.models.generation import to_left_padding, to_right_padding
+from prismatic_tr.models.generation import decode_mask, to_right_padding
 from prismatic_tr.models.tokenizer import _corpus, build_tokenizer
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # DINOv2's normalisation
@@ -174,8 +174,8 @@ def test_multimodal_inputs_without_host_syncs(fused: ReferenceOpenVLA) -> None:
     with torch.no_grad(), _SyncCounter() as counter:
         projected = fused.embed_images(inp["pixel_values"])
         fused.build_multimodal_inputs(inp["input_ids"], inp["attention_mask"], projected, inp["input_ids"])
-        to_left_padding(inp["attention_mask"], projected)
-        to_right_padding(inp["attention_mask"], projected)
+        key_mask, _ = to_right_padding(inp["attention_mask"], projected)
+        decode_mask(key_mask.bool(), projected.dtype)
     assert counter.syncs == []
 
 

@@ -85,7 +85,7 @@ def check_both(checkout: Path, elsewhere: Path, package_path: list[Path], packag
     for case, seen in runs.items():
         assert seen["openvla"] == "openvla_utils of the checkout" and seen["robot"] == "robot_utils of the checkout", case
         assert Path(seen["ours"]).resolve().is_relative_to(package_root.resolve()), (case, seen["ours"])
-        assert seen["api"] == "prismatic_tr.vla.attach", case
+        assert seen["api"] == "prismatic_tr.vla.api", case
 
 
 def test_source_tree_merges_with_an_openvla_checkout(checkout, tmp_path):

@@ -20,7 +20,6 @@ from safetensors.torch import load_file, save_file
 
 from prismatic_tr.bench.ops import find_host_syncs
 from prismatic_tr.models import NativeOpenVLA, RemoteCodeError, build_prompt, build_vla, load_vla
-from prismatic_tr.models.generation import PASS_4D_MASK
 from prismatic_tr.models.prompt import _device_prompt, prepare_prompt
 
 
@@ -188,16 +187,34 @@ def test_predict_action_and_generate_do_not_sync(native: tuple[NativeOpenVLA, di
     assert syncs == {} and actions[0].shape == (7,)
 
 
-def test_padded_batch_syncs_only_on_old_transformers(native: tuple[NativeOpenVLA, dict]) -> None:
-    """A padded batch goes to the LLM as a ready 4-D mask on transformers >= 5 (no host sync); transformers 4
-    gets the 2-D mask and reads it on the host itself, once per forward."""
+def test_padded_batch_has_no_host_sync_on_either_stack(native: tuple[NativeOpenVLA, dict]) -> None:
+    """A padded batch: the prefill runs unmasked (real tokens first), the decode steps get their mask from a
+    layer hook, and transformers is never handed a mask it would read on the host (4.40 reads 2-D and 4-D ones)."""
     vla, inputs = native
     ids = torch.cat([inputs["input_ids"], inputs["input_ids"]])
     mask = torch.ones_like(ids)
     mask[1, -4:] = 0
     px = torch.cat([inputs["pixel_values"]] * 2)
-    syncs = find_host_syncs(lambda: vla.generate(ids, px, attention_mask=mask, max_new_tokens=3))
-    if PASS_4D_MASK:
-        assert syncs == {}
-    else:
-        assert sum(syncs.values()) >= 3  # transformers' own check, one or more per forward
+    assert find_host_syncs(lambda: vla.generate(ids, px, attention_mask=mask, max_new_tokens=3)) == {}
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_device_prompt_path_has_no_host_sync_and_acts_the_same(native: tuple[NativeOpenVLA, dict], monkeypatch,
+                                                               padded: bool) -> None:
+    """The path GPU tensors take (static shapes, the key mask always kept), forced on the CPU: 0 host syncs on both
+    stacks, and the same actions as the host path."""
+    import prismatic_tr.models.prompt as prompt_module
+
+    vla, inputs = native
+    ids = torch.cat([inputs["input_ids"], inputs["input_ids"]])
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, -4:] = 0
+    px = torch.cat([inputs["pixel_values"]] * 2)
+    host = vla.predict_action(input_ids=ids, pixel_values=px, attention_mask=mask, unnorm_key="bridge_orig")
+    monkeypatch.setattr(prompt_module, "reads_on_host", lambda *a: False)
+    actions: list[np.ndarray] = []
+    syncs = find_host_syncs(lambda: actions.append(vla.predict_action(input_ids=ids, pixel_values=px,
+                                                                      attention_mask=mask, unnorm_key="bridge_orig")))
+    assert syncs == {}
+    np.testing.assert_allclose(actions[0], host, rtol=1e-5, atol=1e-6)

@@ -22,7 +22,7 @@ import torch
 from helpers.reference_clients import import_openvla_oft
 from helpers.reference_models import UNNORM_KEY, build_reference_vla, require_remote_code_stack
 
-from prismatic_tr.vla import apply_token_reduction_to_vla, remove_token_reduction
+from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
 
 # images, method (None: no reduction), ratio, merge size, proprio token, L1 head (else OFT's discrete path),
 # patch tokens kept per image
@@ -167,3 +167,64 @@ def test_the_image_count_can_change_while_attached(oft):
         remove_token_reduction(vla)
         backbone.set_num_images_in_input(1)
     assert not hasattr(backbone, "_prismatic_tr_handle") and backbone.get_num_patches() == 256
+
+
+# --- positions: OFT's one parallel pass sees every token where it sits without reduction ---
+
+POSITION_CASES = [  # site, method, keep, images, proprio
+    ("projector", "random", 0.5, 1, True),
+    ("projector", "topk_magnitude", 0.3, 3, True),
+    ("projector", "spatial_pool", 0.25, 2, False),
+    ("vision", "norm", 0.25, 2, True),
+]
+
+
+@pytest.fixture(scope="module")
+def sharp_oft(oft: dict[str, Any]) -> dict[str, Any]:
+    from helpers.positions import sharpen_attention
+
+    # a model of its own (a deep copy would keep OpenVLA's tower forwards, closures over the original towers)
+    modeling = import_openvla_oft("prismatic.extern.hf.modeling_prismatic")
+    configuration = import_openvla_oft("prismatic.extern.hf.configuration_prismatic")
+    vla = build_reference_vla(modeling, configuration, action_dim=oft["c"].ACTION_DIM)
+    sharpen_attention(vla.language_model)
+    return {**oft, "vla": vla}
+
+
+def reference_hidden(vla: Any, out: dict[str, Any], ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return vla.language_model(inputs_embeds=out["embeds"], attention_mask=out["mask"], position_ids=ids,
+                                  output_hidden_states=True).hidden_states[-1]
+
+
+@pytest.mark.parametrize("site,method,keep,images,proprio", POSITION_CASES)
+def test_oft_parallel_pass_runs_at_original_positions(sharp_oft, site, method, keep, images, proprio):
+    vla = sharp_oft["vla"]
+    backbone = vla.vision_backbone
+    mask_hook = vla.language_model.register_forward_pre_hook(
+        lambda m, a, kw: sharp_oft.__setitem__("mask", kw["attention_mask"]), with_kwargs=True)
+    try:
+        backbone.set_num_images_in_input(images)
+        apply_token_reduction_to_vla(vla, method, keep, site=site, depth_fraction=0.5 if site == "vision" else None)
+        out = run_predict_action(sharp_oft, images, proprio, l1_head=True)
+        kept = get_token_reduction(vla).last_kept
+        out["mask"] = sharp_oft.pop("mask")
+    finally:
+        mask_hook.remove()
+        remove_token_reduction(vla)
+        backbone.set_num_images_in_input(1)
+    n_visual, n_original = kept.shape[1], 256 * images
+    assert out["visual"] == n_visual
+    compact = torch.arange(out["embeds"].shape[1])[None]
+    original = compact.clone().to(kept.dtype)
+    original[:, 1 : 1 + n_visual] = 1 + kept  # proprio, prompt, placeholders and stop follow all N tokens
+    original[:, 1 + n_visual :] += n_original - n_visual
+    torch.testing.assert_close(out["hidden"], reference_hidden(vla, out, original), rtol=1e-5, atol=1e-5)
+    assert (out["hidden"] - reference_hidden(vla, out, compact)).abs().max() > 1e-2, "the test is not sensitive"
+    check_action_positions(sharp_oft, out, proprio, l1_head=True)
+
+
+def test_oft_refuses_the_llm_site(oft):
+    with pytest.raises(ValueError, match="OpenVLA-OFT"):
+        apply_token_reduction_to_vla(oft["vla"], site="llm", reduction_ratio=0.5)
+    assert get_token_reduction(oft["vla"], site="llm") is None

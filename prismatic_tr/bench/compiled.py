@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.vla.exact import SavedForward, replace_forward, restore_forward
-from prismatic_tr.vla.locate import find_vision_backbone
-from prismatic_tr.vla.sites import backbone_towers
+from prismatic_tr.vla.locate import backbone_towers, find_vision_backbone
 
 # Enough entries per code object for every block instance (torch 2.2 guards each instance apart) times the
 # token counts of a sweep (each setting can give each block its own count).
@@ -32,7 +31,7 @@ _LIMIT_NAMES = ("cache_size_limit", "recompile_limit", "accumulated_cache_size_l
 def compiled_modules(vla: nn.Module) -> list[nn.Module]:
     """The modules whose ``forward`` gets compiled: tower blocks, the projector, decoder layers (in that order)."""
     info = find_vision_backbone(vla)
-    modules: list[nn.Module] = [block for tower in backbone_towers(info.backbone) for block in tower.blocks]
+    modules: list[nn.Module] = [block for tower in backbone_towers(info.backbone, "--compile") for block in tower.blocks]
     projector = getattr(info.model, "projector", None)
     if projector is not None:
         modules.append(projector)

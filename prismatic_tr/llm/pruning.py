@@ -5,8 +5,9 @@ prompt positions pay it, averaged over heads and those queries, and keep the bes
 from the layer's queries of the last ``M`` positions and its keys of the visual positions (a few matmuls):
 the ``T x T`` attention map is never formed, so the layers themselves keep fused attention (SDPA).
 
-Sequence layout per row (left-aligned padding): ``[pads, BOS, v_1 .. v_K, text ...]``; positions (from the
-attention mask) are 0 for the pads and BOS, ``1 .. K`` for the visual tokens. Everything here takes shapes
+Sequence layout per row: ``[BOS, v_1 .. v_K, text ...]`` with padding before (left-padded) or after
+(right-padded) the real tokens; :func:`visual_window` reads where each row's visual tokens start and where its
+last real token is from the key mask (or, without one, from the layout itself). Everything here takes shapes
 and tensors only: no host sync, no Python branch on a value, the kept count a function of K and the ratio.
 """
 
@@ -19,12 +20,34 @@ import torch
 from prismatic_tr.reducers.config import num_kept
 from prismatic_tr.reducers.strategies.selection import top_indices
 
-__all__ = ["num_kept", "prune_index", "visual_start", "visual_token_scores"]
+__all__ = ["num_kept", "prune_index", "query_index", "select_visual", "visual_token_scores", "visual_window"]
 
 
-def visual_start(position_ids: torch.Tensor) -> torch.Tensor:
-    """(B, T) position ids (0 for pads and BOS, counting from BOS) -> (B,) index of the first visual token."""
-    return (position_ids == 0).sum(dim=1)
+def visual_window(key_mask: torch.Tensor | None, batch: int, length: int,
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each row's visual tokens start and where its last real token is.
+
+    Args:
+        key_mask: (B, T) 1 / True at real tokens (padding before or after them), or None (no padding).
+        batch, length: B and T (used when ``key_mask`` is None).
+    Returns:
+        start (B,): index of the first visual token, one after the row's first real token (BOS);
+        last (B,): index of the row's last real token.
+    """
+    if key_mask is None:
+        return (torch.ones(batch, dtype=torch.long, device=device),
+                torch.full((batch,), length - 1, dtype=torch.long, device=device))
+    real = key_mask.to(torch.int32)
+    first = real.argmax(dim=1)  # argmax returns the first maximum
+    last = length - 1 - real.flip(1).argmax(dim=1)
+    return first + 1, last
+
+
+def query_index(start: torch.Tensor, last: torch.Tensor, num_visual: int, num_queries: int) -> torch.Tensor:
+    """(B, M) indices of each row's last ``M`` real positions, the queries that score the visual tokens;
+    ``M = num_queries``; a row with fewer text tokens repeats its first text position (never a visual one)."""
+    back = torch.arange(num_queries - 1, -1, -1, device=last.device)
+    return torch.maximum(last[:, None] - back, (start + num_visual)[:, None])
 
 
 def visual_token_scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -4,25 +4,34 @@ Our own loop instead of transformers' ``GenerationMixin`` (whose behaviour chang
 remote code on transformers >= 4.50 silently drops the image, openvla/openvla#346). The prompt is prefilled
 once, then each step feeds one token. No early stop on EOS: exactly ``max_new_tokens`` tokens, static shapes.
 
-Masks and host syncs: a batch without padding runs with no attention mask at all (SDPA's causal path), and
-then no operator reads a tensor value on the host. A padded batch is left-aligned (padding first) with a
-stable sort of its key mask, positions are counted from the mask (first real token = 0, so a padded row gives
-the same result as the same prompt alone), and the mask goes to the language model: on transformers >= 5 as
-a ready 4-D additive mask, which transformers uses as is (no host sync); on older versions as the 2-D mask,
-which transformers expands itself, reading it on the host once per forward (``torch.all(mask == 1)``).
+Layout, masks and host syncs (the same on transformers 4.40 and 5.x, padded or not, on any device): every row
+holds its real tokens first (BOS at index 0; a padded prompt is right-padded), so the position ids are
+``0 .. T - 1`` in every row and the prefill needs no attention mask at all: causal attention never lets a real
+token see a pad that comes after it, so SDPA keeps its causal path (free to choose its fastest kernel) whatever
+the padding, and each row's logits are read at its last real position (one gather). A decode step's token sits at
+its row's next position and must not see that row's pads: when the prompt is padded, and only then, every
+decoder layer is handed a ``(B, 1, 1, T')`` additive mask by a forward pre-hook for that step. transformers
+itself is always called with ``attention_mask=None``, so it neither builds nor reads a mask (given a 2-D or 4-D
+mask, transformers 4.40 reads it on the host at every forward). The prefill announces itself and its key mask to
+hooks on the language model (:func:`prismatic_tr.llm.calls.announce_prefill`): the llm site prunes only there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import transformers
+from torch import nn
 from transformers import LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-PASS_4D_MASK = int(transformers.__version__.split(".")[0]) >= 5
+from prismatic_tr.llm.calls import announce_prefill
+from prismatic_tr.reducers.strategies.selection import take_along
+
 # The KV cache's name in model forward kwargs and outputs: ``cache`` from transformers 5.24 on (where
 # ``past_key_values`` is a deprecated alias), ``past_key_values`` before.
 CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
@@ -46,50 +55,46 @@ class DecodeState:
     next_position: torch.Tensor
 
 
-def _reorder(
-    order: torch.Tensor, mask: torch.Tensor, tensors: tuple[torch.Tensor, ...]
-) -> tuple[torch.Tensor, ...]:
-    """Gather ``mask`` (B, T) and each (B, T, ...) tensor along dim 1 with ``order`` (B, T)."""
-    out = [mask.gather(1, order)]
-    for t in tensors:
-        idx = order.view(*order.shape, *([1] * (t.dim() - 2))).expand(*order.shape, *t.shape[2:])
-        out.append(t.gather(1, idx))
-    return tuple(out)
-
-
-def to_left_padding(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Reorder each row so padded positions (mask 0) come first, real ones after in their original order.
+def to_right_padding(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Reorder each row so its real positions (mask 1 / True) come first, in their original order, pads after.
 
     Args:
         mask: (B, T) attention mask (1 / True real, 0 / False pad).
         tensors: (B, T, ...) tensors to reorder the same way.
     Returns:
-        (mask, *tensors), each reordered; a stable sort, static shapes, no host sync.
+        (mask, *tensors), each reordered; a stable sort and one gather each, static shapes, no host sync.
     """
-    return _reorder(torch.argsort(mask.long(), dim=1, stable=True), mask, tensors)
+    order = torch.argsort(1 - mask.long(), dim=1, stable=True)
+    return tuple(take_along(t, order) for t in (mask, *tensors))
 
 
-def to_right_padding(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Like :func:`to_left_padding` but real positions first (so BOS sits at position 0 of every row)."""
-    return _reorder(torch.argsort(1 - mask.long(), dim=1, stable=True), mask, tensors)
+def decode_mask(key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) bool real keys -> (B, 1, 1, T) additive mask for one query per row: 0 at real keys, dtype's
+    minimum at pads."""
+    bias = torch.zeros(key_mask.shape, dtype=dtype, device=key_mask.device)
+    return bias.masked_fill(~key_mask, torch.finfo(dtype).min)[:, None, None, :]
 
 
-def llm_attention_mask(key_mask: torch.Tensor, q_len: int, dtype: torch.dtype) -> torch.Tensor:
-    """The mask handed to the language model for queries at the last ``q_len`` of ``T`` key positions.
+@contextlib.contextmanager
+def layer_masks(lm: LlamaForCausalLM, mask: torch.Tensor | None) -> Iterator[None]:
+    """Inside the block every decoder layer of ``lm`` receives ``mask`` as its ``attention_mask`` (a forward
+    pre-hook, run before any other hook on the layer); nothing happens for ``mask=None``."""
+    if mask is None:
+        yield
+        return
 
-    key_mask: (B, T) bool, True at real (attendable) keys. Returns, on transformers >= 5, a (B, 1, q_len, T)
-    additive mask (0 where a query may attend: causal, a real key, or itself; dtype's minimum elsewhere;
-    a padded query attends to itself so no row is empty); on older transformers the (B, T) long 2-D mask.
-    """
-    if not PASS_4D_MASK:
-        return key_mask.long()
-    t = key_mask.shape[1]
-    k_pos = torch.arange(t, device=key_mask.device)
-    q_pos = k_pos[t - q_len :]
-    causal = k_pos[None, :] <= q_pos[:, None]  # (q, T)
-    allowed = (causal[None] & key_mask[:, None, :]) | (k_pos[None, :] == q_pos[:, None])[None]
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=key_mask.device)
-    return bias.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+    def hand_in(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict]:
+        if "attention_mask" not in kwargs:
+            raise ValueError("a decoder layer was called without an attention_mask keyword; this transformers "
+                             "version's layer call is not the one the decode mask is handed to")
+        return args, {**kwargs, "attention_mask": mask}
+
+    hooks = [layer.register_forward_pre_hook(hand_in, with_kwargs=True, prepend=True) for layer in lm.model.layers]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def prefill(
@@ -99,21 +104,25 @@ def prefill(
 
     Args:
         inputs_embeds: (B, T, D); key_mask: (B, T) with padding anywhere (bool or 0/1), or None (no padding).
-            Padded rows are left-aligned first (a stable gather), so the last position is a real token.
+            Padded rows are reordered real tokens first (a stable gather): see the module docstring.
     Returns:
-        logits of the last position (B, V) and the state for :func:`decode_step`.
+        logits of each row's last real position (B, V) and the state for :func:`decode_step`.
     """
     b, t = inputs_embeds.shape[:2]
+    positions = torch.arange(t, device=inputs_embeds.device).expand(b, t)
+    if key_mask is not None:
+        key_mask, inputs_embeds = to_right_padding(key_mask.bool(), inputs_embeds)
+    with announce_prefill(lm.model, key_mask):
+        out = lm.model(inputs_embeds=inputs_embeds, attention_mask=None, position_ids=positions, use_cache=True)
+    hidden = out.last_hidden_state
     if key_mask is None:
-        positions = torch.arange(t, device=inputs_embeds.device).expand(b, t)
-        mask = None
+        last, next_position = hidden[:, -1, :], positions[:, -1:] + 1
     else:
-        key_mask, inputs_embeds = to_left_padding(key_mask.bool(), inputs_embeds)
-        positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)
-        mask = llm_attention_mask(key_mask, t, inputs_embeds.dtype)
-    out = lm.model(inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions, use_cache=True)
-    logits = lm.lm_head(out.last_hidden_state[:, -1, :])
-    return logits, DecodeState(getattr(out, CACHE_NAME), key_mask, positions[:, -1:] + 1)
+        lengths = key_mask.sum(dim=1, keepdim=True)
+        # Layers that drop positions (the llm site) drop visual tokens only, all before each row's last real one.
+        dropped = t - hidden.shape[1]
+        last, next_position = take_along(hidden, lengths - 1 - dropped)[:, 0], lengths
+    return lm.lm_head(last), DecodeState(getattr(out, CACHE_NAME), key_mask, next_position)
 
 
 def decode_step(
@@ -123,14 +132,15 @@ def decode_step(
     key_mask, mask = None, None
     if state.key_mask is not None:
         key_mask = torch.cat([state.key_mask, torch.ones_like(state.key_mask[:, :1])], dim=1)
-        mask = llm_attention_mask(key_mask, 1, lm.lm_head.weight.dtype)
-    out = lm.model(
-        input_ids=token,
-        attention_mask=mask,
-        position_ids=state.next_position,
-        use_cache=True,
-        **{CACHE_NAME: state.past_key_values},
-    )
+        mask = decode_mask(key_mask, lm.lm_head.weight.dtype)
+    with layer_masks(lm, mask):
+        out = lm.model(
+            input_ids=token,
+            attention_mask=None,
+            position_ids=state.next_position,
+            use_cache=True,
+            **{CACHE_NAME: state.past_key_values},
+        )
     logits = lm.lm_head(out.last_hidden_state[:, -1, :])
     return logits, DecodeState(getattr(out, CACHE_NAME), key_mask, state.next_position + 1)
 

@@ -5,12 +5,16 @@ last token (the model was trained with it). Rows may be padded (left or right). 
 :class:`Prompt`: token ids with every row's real tokens first (BOS at position 0, where the image goes) and a
 key mask, or no mask at all when no row is padded.
 
-Two equivalent paths, chosen by where the tensors live (never by their values):
+Two equivalent paths, chosen by where the tensors live (never by their values, :func:`reads_on_host`):
 
 * host tensors (CPU): the rows are read with numpy (no device, nothing to wait for), the token appended where
   missing, and the mask dropped when every row is full;
 * device tensors: static shapes on the device: the token is appended to every row and marked as padding in
-  rows that already end with it; the mask is always kept.
+  rows that already end with it; the key mask is kept (whether a row is padded would take a host read). It
+  costs nothing in the prefill (never masked, see :mod:`.generation`) and a mask in each decode step.
+
+Tests force the device path on the CPU (monkeypatching :func:`reads_on_host`) to hold it to the same
+no-host-sync guarantee.
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ def _device_prompt(ids: torch.Tensor, mask: torch.Tensor, append: int | None) ->
     return Prompt(ids, key_mask)
 
 
+def reads_on_host(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+    """Whether the prompt's rows can be read without waiting for a device: every tensor lives on the CPU."""
+    return input_ids.device.type == "cpu" and (attention_mask is None or attention_mask.device.type == "cpu")
+
+
 # follows OpenVLA c8f03f48 prismatic/extern/hf/modeling_prismatic.py predict_action (MIT, see NOTICE): the empty token
 # 29871 appended unless it is last, as the checkpoints were trained.
 def prepare_prompt(
@@ -72,8 +81,7 @@ def prepare_prompt(
     if attention_mask is not None and attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
                          f"{tuple(input_ids.shape)}; they must match")
-    on_host = input_ids.device.type == "cpu" and (attention_mask is None or attention_mask.device.type == "cpu")
-    if on_host:
+    if reads_on_host(input_ids, attention_mask):
         mask = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else attention_mask.numpy() != 0
         return _host_prompt(input_ids.numpy(), mask, append_token, pad_token_id)
     mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.to(input_ids.device)

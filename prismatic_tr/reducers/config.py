@@ -24,6 +24,17 @@ def num_kept(n_patch: int, ratio: float) -> int:
     return max(1, min(n_patch, math.ceil(ratio * n_patch - 1e-6)))
 
 
+def check_fraction(name: str, value: Any, closed_high: bool = True, what: str = "the fraction kept") -> float:
+    """``value`` as a float when it is a number in (0, 1] (``closed_high``) or (0, 1); else ``ValueError`` naming
+    ``name``, the bad value and what is allowed. The one check behind every keep ratio and depth fraction."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 < float(value) and (
+        float(value) <= 1.0 if closed_high else float(value) < 1.0)
+    if not ok:
+        interval = "(0, 1]" if closed_high else "(0, 1)"
+        raise ValueError(f"{name}={value!r} is not allowed; it is {what}, in {interval}")
+    return float(value)
+
+
 def infer_grid(n_patch: int) -> tuple[int, int]:
     """Square grid ``(side, side)`` for ``n_patch`` tokens; ``ValueError`` if ``n_patch`` is not a square."""
     side = math.isqrt(n_patch)
@@ -35,16 +46,23 @@ def infer_grid(n_patch: int) -> tuple[int, int]:
     return side, side
 
 
+POOL_POSITIONS = ("mean", "first")
+
+
 class ReductionOutput(NamedTuple):
     """What a reducer returns.
 
     tokens:  (B, P + K, D) prefix tokens first (unchanged), then the K reduced patch tokens.
     indices: (B, K) int64 patch indices (0-based among the patch tokens, ascending) of the kept tokens;
              for ``spatial_pool`` the index of each window's top-left patch.
+    positions: (B, K) float32 position of each output token among the input patches when it stands for several
+             (``spatial_pool``: see ``pool_position``), None when every output token is one input patch
+             (``indices`` are then the positions).
     """
 
     tokens: torch.Tensor
     indices: torch.Tensor
+    positions: torch.Tensor | None = None
 
 
 @dataclass
@@ -61,6 +79,9 @@ class ReducerConfig:
         grid_size: (rows, cols) of the patch grid for ``spatial_pool``; inferred from N (square) when None.
         pad: ``spatial_pool`` only: allow a grid the window does not divide (edge windows average fewer patches).
         seed: seed of the ``random`` strategy.
+        pool_position: ``spatial_pool`` only: the sequence position a pooled token stands at, among the input
+            patches in row-major order: ``"mean"`` (the mean index of the patches it averages, e.g. top-left
+            index + 8.5 for a 2 x 2 window on a 16-wide grid) or ``"first"`` (its top-left patch's index).
     """
 
     method: str = "topk_magnitude"
@@ -70,16 +91,16 @@ class ReducerConfig:
     grid_size: tuple[int, int] | None = None
     pad: bool = False
     seed: int = 0
+    pool_position: str = "mean"
 
     def __post_init__(self) -> None:
         from prismatic_tr.reducers.registry import available_methods
 
         if self.method not in available_methods():
             raise ValueError(f"unknown reduction method {self.method!r}; allowed: {', '.join(available_methods())}")
-        ratio = self.reduction_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0.0 < float(ratio) <= 1.0):
-            raise ValueError(f"reduction_ratio={ratio!r} is not allowed; it is the fraction kept, in (0, 1]")
-        self.reduction_ratio = float(ratio)
+        self.reduction_ratio = check_fraction("reduction_ratio", self.reduction_ratio)
+        if self.pool_position not in POOL_POSITIONS:
+            raise ValueError(f"pool_position={self.pool_position!r} is not allowed; use one of {POOL_POSITIONS}")
         if isinstance(self.spatial_merge_size, bool) or not isinstance(self.spatial_merge_size, int) \
                 or self.spatial_merge_size < 1:
             raise ValueError(f"spatial_merge_size={self.spatial_merge_size!r} is not allowed; use an integer >= 1")

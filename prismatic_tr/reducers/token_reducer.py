@@ -35,6 +35,7 @@ class TokenReducer(nn.Module):
         self._generators: dict[str, torch.Generator] = {}
         self._keys = KeyStream(self.cfg.seed)
         self.last_indices: torch.Tensor | None = None
+        self.last_positions: torch.Tensor | None = None
 
     @property
     def is_identity(self) -> bool:
@@ -88,12 +89,13 @@ class TokenReducer(nn.Module):
             return ReductionOutput(gather_rows(x, idx, p), idx)
         out = self.strategy.reduce(patches, self.cfg, rng)
         tokens = torch.cat([x[:, :p], out.tokens], dim=1) if p else out.tokens
-        return ReductionOutput(tokens, out.indices)
+        return ReductionOutput(tokens, out.indices, out.positions)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, P + N, D) -> (B, P + K, D); the kept indices are left in ``self.last_indices``."""
+        """(B, P + N, D) -> (B, P + K, D); the kept indices are left in ``self.last_indices`` and, for merged
+        tokens, their positions among the input patches in ``self.last_positions`` (else None)."""
         out = self.reduce(x)
-        self.last_indices = out.indices
+        self.last_indices, self.last_positions = out.indices, out.positions
         return out.tokens
 
     def extra_repr(self) -> str:

@@ -20,14 +20,14 @@ hooks change no parameter and are removed exactly.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from prismatic_tr.reducers.config import num_kept
+from prismatic_tr.reducers.config import check_fraction, num_kept
 from prismatic_tr.reducers.strategies.selection import gather_rows, gather_tokens, top_indices_after_prefix
 from prismatic_tr.vit.attention import check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
@@ -51,11 +51,8 @@ class SharedSelectionConfig:
     scoring: str = "attention"
 
     def __post_init__(self) -> None:
-        f, r = self.depth_fraction, self.keep_ratio
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f < 1.0:
-            raise ValueError(f"depth_fraction={f!r} is not allowed; use a number in (0, 1)")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
-            raise ValueError(f"keep_ratio={r!r} is not allowed; it is the fraction of patches kept, in (0, 1]")
+        check_fraction("depth_fraction", self.depth_fraction, closed_high=False, what="a fraction of the depth")
+        check_fraction("keep_ratio", self.keep_ratio, what="the fraction of patches kept")
         if self.scoring not in SCORINGS:
             raise ValueError(f"scoring={self.scoring!r} is not allowed; use one of {SCORINGS}")
 
@@ -81,11 +78,13 @@ class SharedSelectionHandle:
     """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
 
     ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n; ``last_indices``:
-    (B, n) patch indices chosen in the latest forward.
+    (B, n) patch indices chosen in the latest forward; ``on_select(indices)``, if given, is called with them
+    each time the scoring tower chooses (once per image when a backbone runs its towers image by image).
     """
 
-    def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig) -> None:
-        self.towers, self.config = list(towers), config
+    def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
+                 on_select: Callable[[torch.Tensor], None] | None = None) -> None:
+        self.towers, self.config, self.on_select = list(towers), config, on_select
         self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
@@ -102,6 +101,8 @@ class SharedSelectionHandle:
                 scores = patch_scores(tower, block, out, self.config.scoring)
                 positions = top_indices_after_prefix(scores, self.kept, p)
                 self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
+                if self.on_select is not None:
+                    self.on_select(self.last_indices)
                 return gather_tokens(out, positions)
             if self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
@@ -140,7 +141,8 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 
 
 def apply_shared_selection(
-    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention"
+    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention",
+    on_select: Callable[[torch.Tensor], None] | None = None,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
 
@@ -149,4 +151,4 @@ def apply_shared_selection(
     """
     config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring)
     check_towers(towers)
-    return SharedSelectionHandle(towers, config)
+    return SharedSelectionHandle(towers, config, on_select)

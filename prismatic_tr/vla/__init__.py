@@ -1,8 +1,7 @@
 """Token reduction on an OpenVLA model at three sites (projector, inside the vision towers, inside the language
-model): locate, attach, remove, persist."""
+model): locate, attach, remove, persist; every site keeps the kept tokens' original sequence positions."""
 
-from prismatic_tr.vla.attach import (
-    ReductionHandle,
+from prismatic_tr.vla.api import (
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
     attach_token_reduction,
@@ -16,17 +15,19 @@ from prismatic_tr.vla.quick import (
     apply_50_percent_topk_reduction,
     monkey_patch_vision_backbone_with_reduction,
 )
-from prismatic_tr.vla.settings import CONFIG_KEY, SITES, TokenReductionSettings, read_settings
-from prismatic_tr.vla.sites import LLMSiteHandle, VisionSiteHandle
+from prismatic_tr.vla.settings import CONFIG_KEY, POSITIONS, SITES, TokenReductionSettings, read_settings
+from prismatic_tr.vla.sites import LLMSiteHandle, ProjectorSiteHandle, ReductionHandle, VisionSiteHandle
 
 __all__ = [
     "CONFIG_KEY",
+    "POSITIONS",
     "SITES",
-    "LLMSiteHandle",
-    "VisionSiteHandle",
     "BackboneInfo",
+    "LLMSiteHandle",
+    "ProjectorSiteHandle",
     "ReductionHandle",
     "TokenReductionSettings",
+    "VisionSiteHandle",
     "apply_50_percent_topk_reduction",
     "apply_token_reduction_from_config",
     "apply_token_reduction_to_vla",

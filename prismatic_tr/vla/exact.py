@@ -16,18 +16,13 @@ from typing import Any
 from torch import nn
 
 from prismatic_tr.vit.penultimate import PenultimateForward
-from prismatic_tr.vla.locate import find_vision_backbone
+from prismatic_tr.vla.locate import backbone_towers, find_vision_backbone
 
 _SAVED_ATTR = "_prismatic_tr_exact_saved"
 
 
 def _towers(vla: nn.Module) -> list[nn.Module]:
-    backbone = find_vision_backbone(vla).backbone
-    towers = [t for t in (getattr(backbone, "featurizer", None), getattr(backbone, "fused_featurizer", None))
-              if t is not None]
-    if not towers or any(not hasattr(t, "blocks") or not hasattr(t, "patch_embed") for t in towers):
-        raise ValueError(f"{type(backbone).__name__} has no timm featurizer towers; exact savings need OpenVLA's layout")
-    return towers
+    return backbone_towers(find_vision_backbone(vla).backbone, "exact savings")
 
 
 SavedForward = tuple[nn.Module, bool, Any]  # (module, had its own instance forward, that forward)

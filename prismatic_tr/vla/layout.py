@@ -102,6 +102,20 @@ class PerImageReducer(nn.Module):
         """Restart the ``random`` strategy's draws (see :meth:`TokenReducer.reseed`)."""
         self.reducer.reseed(seed)
 
+    def last_kept(self) -> torch.Tensor:
+        """(B, N') where each token of the last output sits among the layout's ``num_tokens`` input tokens:
+        prefix tokens at their own index, image ``i``'s kept patch ``j`` at ``prefix + i * P + j``; int64, or
+        float32 when the reducer merges tokens (a pooled window's position)."""
+        r, lay = self.reducer, self.layout
+        within = r.last_positions if r.last_positions is not None else r.last_indices  # (B * n, K)
+        b = within.shape[0] // lay.num_images
+        offsets = torch.arange(lay.num_images, device=within.device)[:, None] * lay.patches + lay.prefix
+        kept = (within.reshape(b, lay.num_images, -1) + offsets).reshape(b, -1)
+        if not lay.prefix:
+            return kept
+        prefix = torch.arange(lay.prefix, device=kept.device, dtype=kept.dtype).expand(b, -1)
+        return torch.cat([prefix, kept], dim=1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, D) -> (B, N', D): each image reduced by ``reducer``, results concatenated in image order."""
         if x.dim() != 3 or x.shape[1] != self.layout.num_tokens:

@@ -111,3 +111,30 @@ def patch_grid(backbone: nn.Module) -> tuple[int, int] | None:
     embed = getattr(getattr(backbone, "featurizer", None), "patch_embed", None)
     grid = getattr(embed, "grid_size", None)
     return (int(grid[0]), int(grid[1])) if grid is not None else None
+
+
+def backbone_towers(backbone: nn.Module, purpose: str = "this reduction") -> list[nn.Module]:
+    """The timm towers of an OpenVLA backbone, the first (``featurizer``) first; ``ValueError`` naming
+    ``purpose`` when it has none or one is not a timm ViT (``blocks``, ``patch_embed``)."""
+    towers = [t for t in (getattr(backbone, "featurizer", None), getattr(backbone, "fused_featurizer", None))
+              if t is not None]
+    if not towers or any(not hasattr(t, "blocks") or not hasattr(t, "patch_embed") for t in towers):
+        raise ValueError(f"{type(backbone).__name__} has no timm featurizer / fused_featurizer towers; {purpose} "
+                         "needs OpenVLA's backbone layout")
+    return towers
+
+
+# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py predict_action (MIT, see NOTICE): its
+# signature takes the action head and proprio projector, which OpenVLA's does not.
+def is_oft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is OpenVLA-OFT's (its ``predict_action`` takes an ``action_head``): OFT reads its
+    actions from every action position's hidden state in one parallel pass."""
+    import inspect
+
+    fn = getattr(type(model), "predict_action", None)
+    if not callable(fn):
+        return False
+    try:
+        return "action_head" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from prismatic_tr.vla.attach import ReductionHandle, apply_token_reduction_to_vla, attach_token_reduction
+from prismatic_tr.vla.api import apply_token_reduction_to_vla, attach_token_reduction
 from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.sites import ReductionHandle
 
 
 def apply_50_percent_topk_reduction(vla: nn.Module) -> nn.Module:

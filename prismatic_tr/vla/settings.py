@@ -12,6 +12,12 @@ the same on a small and a 7B model):
 
 ``projector`` and ``vision`` both shrink what the backbone hands the projector and share one slot; ``llm``
 combines with either. ``vla.config.token_reduction`` holds one settings dict, or a list when several sites are on.
+
+``positions``: the sequence positions (RoPE ids) the kept visual tokens get in the language model.
+``"original"`` (default, every site): the position each token has without reduction (BOS 0, patch ``i`` of image
+``m`` at ``1 + m * P + i``, every text and generated token where it is without reduction; see
+:mod:`prismatic_tr.llm.positions`). ``"compact"`` (``projector`` and ``vision`` only): the kept tokens numbered
+``1 .. K`` and the text moved forward by ``N - K``, as v0.2 did; kept for comparison.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from prismatic_tr.reducers import ReducerConfig
+from prismatic_tr.reducers.config import check_fraction
 
 CONFIG_KEY = "token_reduction"
 SITES = ("projector", "vision", "llm")
+POSITIONS = ("original", "compact")
 SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": ("attention", "norm"), "llm": ("attention",)}
 DEFAULT_METHODS = {"projector": "topk_magnitude", "vision": "attention", "llm": "attention"}
 DEFAULT_DEPTH_FRACTION = 0.25
@@ -36,6 +44,7 @@ class TokenReductionSettings:
         backbones return patch tokens only, so this matters only for custom backbones).
     depth_fraction: vision / llm sites: where, as a fraction of the depth (default 0.25); None for projector.
     num_queries: llm site: how many of the last prompt positions score the visual tokens.
+    positions: "original" or "compact" (module docstring); the llm site always keeps the original positions.
     """
 
     method: str = "topk_magnitude"
@@ -46,10 +55,14 @@ class TokenReductionSettings:
     site: str = "projector"
     depth_fraction: float | None = None
     num_queries: int = 4
+    positions: str = "original"
 
     def __post_init__(self) -> None:
         if self.site not in SITES:
             raise ValueError(f"site={self.site!r} is not allowed; use one of {SITES}")
+        allowed = POSITIONS if self.site != "llm" else POSITIONS[:1]
+        if self.positions not in allowed:
+            raise ValueError(f"positions={self.positions!r} is not allowed at site {self.site!r}; use one of {allowed}")
         if not isinstance(self.keep_cls_token, bool):
             raise ValueError(f"keep_cls_token={self.keep_cls_token!r} is not allowed; use True or False")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
@@ -62,14 +75,10 @@ class TokenReductionSettings:
         if self.method not in SITE_METHODS[self.site]:
             raise ValueError(f"method={self.method!r} is not allowed at site {self.site!r}; use one of "
                              f"{SITE_METHODS[self.site]}")
-        ratio = self.reduction_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < float(ratio) <= 1.0:
-            raise ValueError(f"reduction_ratio={ratio!r} is not allowed; it is the fraction kept, in (0, 1]")
+        check_fraction("reduction_ratio", self.reduction_ratio)
         if self.depth_fraction is None:
             self.depth_fraction = DEFAULT_DEPTH_FRACTION
-        f = self.depth_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < float(f) < 1.0:
-            raise ValueError(f"depth_fraction={f!r} is not allowed; use a number in (0, 1)")
+        check_fraction("depth_fraction", self.depth_fraction, closed_high=False, what="a fraction of the depth")
         if isinstance(self.num_queries, bool) or not isinstance(self.num_queries, int) or self.num_queries < 1:
             raise ValueError(f"num_queries={self.num_queries!r} is not allowed; use an integer >= 1")
 
@@ -87,8 +96,10 @@ class TokenReductionSettings:
 
     @property
     def label(self) -> str:
-        """Short name for tables: ``topk_magnitude``, ``vision:attention@0.25``, ``llm:attention@0.25``."""
-        return self.method if self.site == "projector" else f"{self.site}:{self.method}@{self.depth_fraction:g}"
+        """Short name for tables: ``topk_magnitude``, ``vision:attention@0.25``, ``llm:attention@0.25``; a
+        ``:compact`` suffix when the kept tokens are renumbered."""
+        name = self.method if self.site == "projector" else f"{self.site}:{self.method}@{self.depth_fraction:g}"
+        return name + (":compact" if self.positions == "compact" else "")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -35,6 +35,19 @@ def gather_tokens(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
+def take_along(t: torch.Tensor, index: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """Rows of ``t`` (B or 1, T, ...) picked along ``dim`` by ``index`` (B, T'): (B, T', ...) for any trailing
+    dims (a batch of 1 is broadcast). One ``gather``, static shapes; the one general row gather of the package."""
+    shape = list(t.shape)
+    shape[0] = index.shape[0]
+    t = t.expand(*shape)
+    view = [1] * t.dim()
+    view[0], view[dim] = index.shape[0], index.shape[1]
+    out_shape = list(t.shape)
+    out_shape[dim] = index.shape[1]
+    return t.gather(dim, index.view(*view).expand(*out_shape))
+
+
 def gather_rows(x: torch.Tensor, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
     """(B, offset + N, D), (B, K) -> (B, offset + K, D): the first ``offset`` rows of ``x`` unchanged, then
     rows ``offset + idx``, in one ``gather`` from ``x`` itself (no slice, no ``cat`` of features)."""

@@ -51,7 +51,9 @@ def reduce_spatial_pool(
 
     Row-major patches reshape to (B, H/s, s, W/s, s, D) as a view, so the pooling is a single mean kernel
     (any dtype). With ``pad=True`` an edge window that sticks out averages only the patches it covers.
-    ``indices`` holds the row-major index of each window's top-left patch. The grid is checked from shapes.
+    ``indices`` holds the row-major index of each window's top-left patch; ``positions`` where each pooled token
+    stands among the input patches (``cfg.pool_position``: the mean row-major index of the patches it averages,
+    or its top-left patch's). The grid is checked from shapes.
     """
     b, n, d = patches.shape
     (rows, cols), (out_r, out_c) = pooled_grid(n, cfg)
@@ -64,4 +66,21 @@ def reduce_spatial_pool(
     r = torch.arange(out_r, device=patches.device) * (s * cols)
     c = torch.arange(out_c, device=patches.device) * s
     idx = (r[:, None] + c[None, :]).reshape(1, -1).expand(b, -1)
-    return ReductionOutput(tokens, idx)
+    return ReductionOutput(tokens, idx, pooled_positions(idx, (rows, cols), s, cfg.pool_position))
+
+
+def pooled_positions(first: torch.Tensor, grid: tuple[int, int], s: int, rule: str) -> torch.Tensor:
+    """(B, K) top-left patch index of each window -> (B, K) float32 position of its pooled token.
+
+    ``"first"``: the top-left index itself. ``"mean"``: the mean row-major index of the patches the window
+    covers (edge windows of a padded grid cover fewer: their mean is over the real patches only).
+    """
+    rows, cols = grid
+    if rule == "first":
+        return first.float()
+    if rows % s == 0 and cols % s == 0:  # every window is whole: one offset for all
+        return first.float() + (s - 1) / 2 * (cols + 1)
+    r0, c0 = first // cols, first % cols
+    n_r = (rows - r0).clamp(max=s).float()  # real rows / columns of each window
+    n_c = (cols - c0).clamp(max=s).float()
+    return r0 * cols + c0 + (n_r - 1) / 2 * cols + (n_c - 1) / 2

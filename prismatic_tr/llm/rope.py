@@ -1,0 +1,80 @@
+"""Keep the unreduced positions of a reduced visual sequence in a transformers Llama, as undoable hooks.
+
+A reduction before the language model (the ``projector`` and ``vision`` sites) hands it ``K < N`` visual tokens.
+:class:`PositionRemap` makes each token attend as if it sat where it sits without reduction: the reduction
+records which of the ``N`` tokens it kept (:meth:`PositionRemap.record`), and a forward pre-hook on every
+rotary-embedding module replaces the position ids it is called with by
+:func:`prismatic_tr.llm.positions.original_positions` of them.
+
+Only the rotary embedding sees the new ids. Everything else of transformers keeps the compact, gap-free ids it
+computed (from the first real token, or the KV cache's length in a decode step): its causal masks, its
+cache bookkeeping, and transformers 5's packed-sequence detection, which would read gapped ids as several
+sequences packed in one row. The same hook therefore serves a prefill, every decode step of any generation
+loop (this package's or transformers' own ``generate``), a training forward and OpenVLA-OFT's parallel pass.
+
+A recorded choice becomes active at the next fresh call into the language model (one with nothing cached) and
+stays active for the decode steps that continue it; a fresh call with nothing recorded (text only) runs with
+the ordinary positions. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
+``remove()`` restores the model exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.llm.calls import decoder, position_ids_argument, read_call, rotary_modules
+from prismatic_tr.llm.positions import original_positions
+
+
+class PositionRemap:
+    """Live position keeping on one language model; see the module docstring.
+
+    ``record(kept, num_original)``: ``kept`` (B, K) where each visual token the language model will receive
+    sits among the ``num_original`` unreduced ones (int64, or float for merged tokens).
+    """
+
+    def __init__(self, lm: nn.Module) -> None:
+        self.model = decoder(lm)
+        rotaries = rotary_modules(lm)  # ValueError before anything is attached
+        self.pending: tuple[torch.Tensor, int] | None = None
+        self.active: tuple[torch.Tensor, int] | None = None
+        # closures, not bound methods: torch 2.2's dynamo cannot call a bound method as a hook (fullgraph)
+        def on_call(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+            return self._on_call(module, args, kwargs)
+
+        def on_rotary(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
+            return self._on_rotary(module, args, kwargs)
+
+        self._hooks = [self.model.register_forward_pre_hook(on_call, with_kwargs=True)]
+        self._hooks += [r.register_forward_pre_hook(on_rotary, with_kwargs=True) for r in rotaries]
+
+    def record(self, kept: torch.Tensor, num_original: int) -> None:
+        """The visual tokens of the next fresh call: (B, K) positions among ``num_original``."""
+        self.pending = (kept, int(num_original))
+
+    def _on_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        call = read_call(args, kwargs)
+        # A static cache's length is unknown without a sync: a recorded choice still marks the call that uses it.
+        if call.fresh or (call.past is None and self.pending is not None):
+            self.active, self.pending = self.pending, None
+
+    def _on_rotary(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
+        if self.active is None:
+            return None
+        position_ids, put_back = position_ids_argument(args, kwargs)
+        return put_back(original_positions(position_ids, *self.active))
+
+    def remove(self) -> None:
+        """Detach every hook; the model is exactly as before. Safe to call twice."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self.pending, self.active = [], None, None
+
+    def __enter__(self) -> PositionRemap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()

@@ -1,0 +1,138 @@
+"""What every site's handle is, and the one place where a reduction before the language model hands on its kept
+tokens' positions.
+
+:class:`SiteHandle`: ``settings``, ``info``, ``removed``, ``attach()``, ``remove()`` (exact undo), a context
+manager. :class:`BackboneSlotHandle` (the ``projector`` and ``vision`` sites) adds the backbone's slot (one
+such handle per backbone, the reduced count reported by ``get_num_patches()``) and the position hand-off: after
+every forward of the backbone the site calls :meth:`BackboneSlotHandle.hand_on` with where each visual token
+it passes on sits among the unreduced ones; with ``positions="original"`` a
+:class:`prismatic_tr.llm.rope.PositionRemap` on the language model gives those tokens, and every token after them,
+their unreduced position ids (:func:`prismatic_tr.llm.positions.original_positions`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.llm.rope import PositionRemap
+from prismatic_tr.vla.locate import BackboneInfo, images_in_input
+from prismatic_tr.vla.registry import claim_backbone_slot, release_backbone_slot
+from prismatic_tr.vla.settings import TokenReductionSettings
+
+
+class SiteHandle:
+    """A live reduction at one site; ``remove()`` (or leaving a ``with`` block) restores the model exactly."""
+
+    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+        self.info, self.settings, self.removed = info, settings, True
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self.info.backbone
+
+    def attach(self) -> Any:
+        raise NotImplementedError
+
+    def remove(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings.label}, keep={self.settings.reduction_ratio}, " \
+               f"{'removed' if self.removed else 'attached'})"
+
+
+def language_model(info: BackboneInfo) -> nn.Module:
+    """The VLA's ``language_model`` (a transformers Llama); ValueError when it has none."""
+    lm = getattr(info.model, "language_model", None)
+    if lm is None:
+        raise ValueError(f"{type(info.model).__name__} has no language_model; keeping positions needs one")
+    return lm
+
+
+class BackboneSlotHandle(SiteHandle):
+    """A site that changes what the backbone hands the projector (``projector``, ``vision``).
+
+    A forward hook on the backbone passes its output through :meth:`finish_forward` (the projector site
+    reduces there; the vision site, which reduced inside the towers, collects what they kept), which calls
+    :meth:`hand_on`. A benchmark that runs ``backbone.forward`` (no hooks) calls ``finish_forward`` itself.
+    Subclasses add their own hooks in ``_attach_site`` / ``_remove_site`` and report
+    ``reduced_num_patches_per_image()``. ``last_kept``: (B, K) positions of the visual tokens of the last
+    forward among the unreduced ones.
+    """
+
+    count_known = True
+
+    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+        super().__init__(info, settings)
+        self.positions: PositionRemap | None = None
+        self.last_kept: torch.Tensor | None = None
+        # Positions live in the language model; a model without one (a feature extractor) has none to keep.
+        self.keeps_positions = settings.positions == "original" and hasattr(info.model, "language_model")
+        if self.keeps_positions:
+            from prismatic_tr.llm.calls import rotary_modules
+
+            rotary_modules(language_model(info))  # fails now, before anything is changed
+
+    def reduced_num_patches_per_image(self) -> int:
+        raise NotImplementedError
+
+    def reduced_num_patches(self) -> int:
+        """Patch tokens per sample the projector receives: K x the images the backbone is set to encode now
+        (read from the backbone each call: OpenVLA-OFT's ``get_num_images_in_input()``)."""
+        return self.reduced_num_patches_per_image() * images_in_input(self.backbone)
+
+    def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
+        """After a backbone forward: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``."""
+        self.last_kept = kept
+        if self.positions is not None:
+            self.positions.record(kept, num_original)
+
+    def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
+        """The backbone's output (B, N, D) -> what the projector receives; hands the positions on."""
+        raise NotImplementedError
+
+    def _after_backbone(self, module: nn.Module, args: Any, output: Any) -> torch.Tensor:
+        if not isinstance(output, torch.Tensor) or output.dim() != 3:
+            raise ValueError(
+                f"token reduction expects the vision backbone to return a (B, N, D) tensor, got {type(output).__name__}"
+            )
+        return self.finish_forward(output)
+
+    def _attach_site(self) -> None:
+        """The site's own hooks (none by default)."""
+
+    def _remove_site(self) -> None:
+        """Undo :meth:`_attach_site`."""
+
+    def attach(self) -> Any:
+        self._attach_site()
+
+        def after_backbone(module: nn.Module, args: Any, output: Any) -> torch.Tensor:  # a closure: torch 2.2's
+            return self._after_backbone(module, args, output)  # dynamo cannot call a bound method as a hook
+
+        self._backbone_hook = self.backbone.register_forward_hook(after_backbone)
+        if self.keeps_positions:
+            self.positions = PositionRemap(language_model(self.info))
+        claim_backbone_slot(self, self.count_known)
+        return self
+
+    def remove(self) -> None:
+        """Detach: hooks, position keeping, class and config go back to what they were. Safe to call twice."""
+        if self.removed:
+            return
+        self._backbone_hook.remove()
+        self._remove_site()
+        if self.positions is not None:
+            self.positions.remove()
+            self.positions = None
+        self.last_kept = None
+        release_backbone_slot(self)

@@ -1,0 +1,83 @@
+"""The ``llm`` site: visual-token pruning inside the language model during a generation prefill, undoably.
+
+:func:`prismatic_tr.llm.apply_llm_pruning` on ``language_model`` before layer ``round(depth_fraction * layers)``;
+a forward hook on the projector tells it how many visual tokens the current call has. The projector still
+receives every visual token, so the reported counts do not change. Only a generation's prefill is pruned (see
+:mod:`prismatic_tr.llm.patch`): a plain forward, with or without labels, equals the unreduced model. The pruned
+layers hold the kept positions only, at their original position ids: OpenVLA's autoregressive action tokens (the
+last position's logits) are exact consumers. OpenVLA-OFT reads every action position's hidden state from one
+plain forward, so attaching the site there is refused.
+
+No parameter or ``state_dict`` key added, ``remove()`` (or leaving a ``with`` block) restores the model exactly,
+settings mirrored in ``vla.config.token_reduction``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from prismatic_tr.llm import LLMPruningHandle, apply_llm_pruning
+from prismatic_tr.vla.locate import BackboneInfo, is_oft_model
+from prismatic_tr.vla.registry import LLM_HANDLE_ATTR, sync_config
+from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.sites.base import SiteHandle
+
+
+def llm_layer(num_layers: int, depth_fraction: float) -> int:
+    """Decoder layer the llm site prunes before: ``round(f * layers)`` within [1, layers - 1]."""
+    return min(num_layers - 1, max(1, round(depth_fraction * num_layers)))
+
+
+class LLMSiteHandle(SiteHandle):
+    """Visual-token pruning inside the language model (see the module docstring)."""
+
+    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+        super().__init__(info, settings)
+        if is_oft_model(info.model):
+            raise ValueError("the llm site cannot be attached to OpenVLA-OFT: OFT reads every action position's "
+                             "hidden state from one parallel forward, and the site prunes positions; use the "
+                             "projector or vision site")
+        lm = getattr(info.model, "language_model", None)
+        layers = getattr(getattr(lm, "model", None), "layers", None)
+        if layers is None or len(layers) < 2:
+            raise ValueError(f"{type(info.model).__name__}.language_model is not a Llama-style decoder with at least "
+                             "2 layers; the llm site needs one")
+        self.lm, self.layer = lm, llm_layer(len(layers), settings.depth_fraction)
+        self._num_visual: int | None = None
+        self.pruning: LLMPruningHandle | None = None
+        self._projector_hook: Any = None
+
+    def _record(self, module: nn.Module, args: Any, out: torch.Tensor) -> None:
+        self._num_visual = int(out.shape[1])
+
+    def _take(self) -> int | None:
+        """K of the current call, consumed by the fresh language-model call that uses it (a text-only call then
+        sees None)."""
+        k, self._num_visual = self._num_visual, None
+        return k
+
+    @property
+    def last_kept(self) -> torch.Tensor | None:
+        """(B, n) indices (among the visual tokens the projector passed on) kept by the last pruned prefill."""
+        return self.pruning.last_kept if self.pruning is not None else None
+
+    def attach(self) -> LLMSiteHandle:
+        self._projector_hook = self.info.model.projector.register_forward_hook(self._record)
+        self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.reduction_ratio, self._take,
+                                         self.settings.num_queries)
+        self.info.model.__dict__[LLM_HANDLE_ATTR] = self
+        self.removed = False
+        sync_config(self.info.model)
+        return self
+
+    def remove(self) -> None:
+        if self.removed:
+            return
+        self.pruning.remove()
+        self._projector_hook.remove()
+        self.info.model.__dict__.pop(LLM_HANDLE_ATTR, None)
+        self.removed = True
+        sync_config(self.info.model)

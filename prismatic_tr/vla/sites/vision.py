@@ -1,0 +1,64 @@
+"""The ``vision`` site: one patch selection inside both vision towers, undoably.
+
+:func:`prismatic_tr.vit.shared.apply_shared_selection` on the backbone's towers (``featurizer`` scores,
+``fused_featurizer`` follows), so the blocks after ``depth_fraction`` of each tower and the projector run on the
+kept patches. OpenVLA-OFT's backbone runs the towers once per image: each image is selected on its own, to the
+same K. After the backbone's forward the patches each image kept are handed on as positions among the
+unreduced ones (image ``m``'s patch ``i`` at ``m * P + i``). The backbone reports the kept count per image
+(``get_num_patches()``), as with the projector site, in whose slot it sits. No parameter or ``state_dict`` key
+added; ``remove()`` restores the model exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from prismatic_tr.reducers.config import num_kept
+from prismatic_tr.vit.shared import SharedSelectionHandle, apply_shared_selection, check_towers
+from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
+from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.sites.base import BackboneSlotHandle
+
+
+class VisionSiteHandle(BackboneSlotHandle):
+    """Token selection inside the vision towers (see the module docstring)."""
+
+    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+        super().__init__(info, settings)
+        self.towers = backbone_towers(info.backbone, "the vision site")
+        check_towers(self.towers)  # fails now, before anything is changed
+        self.selection: SharedSelectionHandle | None = None
+        self._chosen: list[torch.Tensor] = []
+
+    @property
+    def patches_per_image(self) -> int:
+        return int(self.towers[0].patch_embed.num_patches)
+
+    def reduced_num_patches_per_image(self) -> int:
+        return num_kept(self.patches_per_image, self.settings.reduction_ratio)
+
+    def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
+        """The towers already reduced ``features`` (B, n * K, D): hand on where the n images' kept patches sit."""
+        k = self.reduced_num_patches_per_image()
+        images = features.shape[1] // k
+        chosen = self._chosen[len(self._chosen) - images :]
+        self._chosen.clear()
+        if len(chosen) != images or features.shape[1] != images * k:
+            raise ValueError(f"the vision backbone returned {features.shape[1]} tokens per sample but its towers "
+                             f"chose {len(chosen)} image(s) of {k} patches in this forward")
+        p = self.patches_per_image
+        self.hand_on(torch.cat([idx + m * p for m, idx in enumerate(chosen)], dim=1), images * p)
+        return features
+
+    def _attach_site(self) -> None:
+        s = self.settings
+
+        def on_select(indices: torch.Tensor) -> None:  # a closure: torch 2.2's dynamo cannot call list.append
+            self._chosen.append(indices)  # bound as a hook argument
+
+        self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.reduction_ratio, s.method,
+                                                on_select=on_select)
+
+    def _remove_site(self) -> None:
+        self.selection.remove()
+        self._chosen.clear()
