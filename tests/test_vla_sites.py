@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from prismatic_tr.bench.ops import find_host_syncs
+from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.llm import prune_index, select_visual, visual_start, visual_token_scores
 from prismatic_tr.models import NativeOpenVLA, build_vla, load_vla
 from prismatic_tr.reducers import num_kept
