@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats {args.repeats} / --warmup {args.warmup}: use repeats >= 1, warmup >= 0")
 
-    from prismatic_tr.bench.exact import measure_exact_savings
+    from prismatic_tr.bench.vla.exact import measure_exact_savings
     from prismatic_tr.models import PRESETS, build_processor, build_vla, load_vla
     from vla_scripts.benchmark import sample_inputs
 

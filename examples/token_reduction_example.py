@@ -26,7 +26,7 @@ from experiments.robot.token_reduction_utils import (
     monkey_patch_vision_backbone_with_reduction,
     remove_token_reduction,
 )
-from prismatic_tr.bench.timing import interleaved
+from prismatic_tr.bench.measure.timing import interleaved
 from prismatic_tr.models import build_processor, build_prompt, build_vla, load_vla
 
 # (label, reduction settings or None for the unreduced model)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create a virtual environment and install prismatic_tr with every extra into it.
-#   STACK=newest  (default) the newest releases from the registry
+#   STACK=newest  (default) the newest releases as locked in constraints/newest.txt (torch, transformers, timm and
+#                 every other package pinned; Python 3.11, linux x86_64; refresh with scripts/lock.sh)
+#   STACK=latest  the newest releases from the registry today, unpinned (installed packages are upgraded)
 #   STACK=openvla OpenVLA's pins (torch 2.2.0, timm 0.9.10, transformers 4.40.1, ...): constraints/openvla.txt
-#   VENV=path     where the environment goes (default .venv, or .venv-openvla for STACK=openvla)
+#   VENV=path     where the environment goes (default .venv; .venv-latest, .venv-openvla for the other stacks)
 # Any arguments are then run with the environment's python: `setup_env.sh -m pytest -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +12,10 @@ cd "$(dirname "$0")/.."
 unset PYTHONDONTWRITEBYTECODE
 STACK=${STACK:-newest}
 case "$STACK" in
-  newest) VENV=${VENV:-.venv}; constraints=() ;;
-  openvla) VENV=${VENV:-.venv-openvla}; constraints=(-c constraints/openvla.txt) ;;
-  *) echo "STACK=$STACK is not allowed; use newest or openvla" >&2; exit 2 ;;
+  newest) VENV=${VENV:-.venv}; install_args=(-c constraints/newest.txt) ;;
+  latest) VENV=${VENV:-.venv-latest}; install_args=(--upgrade) ;;
+  openvla) VENV=${VENV:-.venv-openvla}; install_args=(-c constraints/openvla.txt) ;;
+  *) echo "STACK=$STACK is not allowed; use newest, latest or openvla" >&2; exit 2 ;;
 esac
 if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install -q --disable-pip-version-check uv
@@ -20,7 +23,13 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   uv venv -q -p python3 "$VENV"
 fi
-VIRTUAL_ENV="$VENV" uv pip install -q -e ".[all]" "${constraints[@]}"
+if ! VIRTUAL_ENV="$VENV" uv pip install -q -e ".[all]" "${install_args[@]}"; then
+  if [[ "$STACK" == newest ]]; then
+    echo "constraints/newest.txt locks Python 3.11 on linux x86_64; elsewhere use STACK=latest (unpinned)," \
+      "or refresh the lock with scripts/lock.sh" >&2
+  fi
+  exit 1
+fi
 echo "installed prismatic_tr ($STACK stack) into $VENV"
 if [[ $# -gt 0 ]]; then
   exec "$VENV/bin/python" "$@"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from prismatic_tr.bench import breakeven
-from prismatic_tr.bench.breakeven import (
+from prismatic_tr.bench.vit import breakeven
+from prismatic_tr.bench.vit.breakeven import (
     DEFAULT_BREAK_EVEN_TOKENS,
     DEFAULT_RULES,
     count_tokens,
@@ -18,7 +18,7 @@ from prismatic_tr.bench.breakeven import (
     should_use_token_reduction,
     write_profile,
 )
-from prismatic_tr.bench.sweep import SWEEP_COLUMNS, break_even_tokens, markdown_tables
+from prismatic_tr.bench.vit.sweep import SWEEP_COLUMNS, break_even_tokens, markdown_tables
 
 
 def _row(size: int, batch: int, tokens: int, speedup: float, device: str = "cuda") -> dict:
@@ -178,7 +178,7 @@ def test_break_even_tokens(batch: int, expected: float | None) -> None:
 
 
 def test_sweep_cli_writes_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import prismatic_tr.bench.sweep as sweep_mod
+    import prismatic_tr.bench.vit.sweep as sweep_mod
     from vla_scripts import sweep as sweep_cli
 
     calls: list[tuple[int, int]] = []

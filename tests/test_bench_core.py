@@ -7,15 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from prismatic_tr.bench.flops import count_macs, count_macs_by_module, count_macs_by_op, empty_weights
-from prismatic_tr.bench.ops import (
+from prismatic_tr.bench.measure.flops import count_macs, count_macs_by_module, count_macs_by_op, empty_weights
+from prismatic_tr.bench.measure.ops import (
     count_dispatched_ops,
     count_kernel_ops,
     find_host_syncs,
     kernel_ops,
     ops_added,
 )
-from prismatic_tr.bench.timing import Timer, interleaved, summarize, time_fn
+from prismatic_tr.bench.measure.timing import Timer, interleaved, summarize, time_fn
 
 # ---------------------------------------------------------------- timing
 
@@ -210,7 +210,7 @@ def test_interleaved_keeps_contexts_out_of_the_timed_region(monkeypatch: pytest.
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from prismatic_tr.bench import timing
+    from prismatic_tr.bench.measure import timing
 
     clock, log = [0.0], []
     monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
@@ -240,14 +240,14 @@ def test_interleaved_keeps_contexts_out_of_the_timed_region(monkeypatch: pytest.
 @pytest.mark.parametrize(("device", "current", "expected"), [("cuda:1", 0, "cuda:1"), ("cuda", 2, "cuda:2"),
                                                              ("cuda:0", 3, "cuda:0")])
 def test_event_device(device: str, current: int, expected: str) -> None:
-    from prismatic_tr.bench.timing import event_device
+    from prismatic_tr.bench.measure.timing import event_device
 
     assert event_device(torch.device(device), current) == torch.device(expected)
 
 
 def test_events_are_recorded_on_the_measured_devices_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """Measuring cuda:1 while cuda:0 is current: the events go to cuda:1's stream (fake CUDA API)."""
-    from prismatic_tr.bench import timing
+    from prismatic_tr.bench.measure import timing
 
     recorded: list[object] = []
 
@@ -273,7 +273,7 @@ def test_device_time_counts_each_kernel_once() -> None:
 
     from torch.autograd import DeviceType
 
-    from prismatic_tr.bench.profiling import device_time_us
+    from prismatic_tr.bench.measure.profiling import device_time_us
 
     def row(name: str, device: DeviceType, us: float, attr: str = "self_device_time_total") -> SimpleNamespace:
         return SimpleNamespace(name=name, device_type=device, **{attr: us})
@@ -292,13 +292,13 @@ def test_device_time_counts_each_kernel_once() -> None:
      (1, "0,-1,2", None), (0, " 3 , 1", 3), (0, "abc,1", None)],
 )
 def test_nvml_target_from_cuda_visible_devices(index: int, visible: str | None, expected: object) -> None:
-    from prismatic_tr.bench.power import nvml_target
+    from prismatic_tr.bench.measure.power import nvml_target
 
     assert nvml_target(index, visible) == expected
 
 
 def test_match_uuid() -> None:
-    from prismatic_tr.bench.power import match_uuid
+    from prismatic_tr.bench.measure.power import match_uuid
 
     uuids = ["GPU-12ab-0000", "GPU-8932f937-d72c", "GPU-8999-0000"]
     assert match_uuid("GPU-8932", uuids) == 1 and match_uuid("GPU-89", uuids) is None  # ambiguous
@@ -310,7 +310,7 @@ def test_power_monitor_reads_the_nvml_device_behind_torchs_index(monkeypatch: py
     import sys
     from types import SimpleNamespace
 
-    from prismatic_tr.bench.power import PowerMonitor
+    from prismatic_tr.bench.measure.power import PowerMonitor
 
     opened: list[int] = []
     fake = SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 4,
@@ -331,7 +331,7 @@ def test_graph_breaks_fails_when_fullgraph_compile_fails() -> None:
     compiles for real and raises."""
     import torch._dynamo as dynamo
 
-    from prismatic_tr.bench.profiling import FullGraphError, graph_breaks
+    from prismatic_tr.bench.measure.profiling import FullGraphError, graph_breaks
 
     class DrawsFromGenerator(torch.nn.Module):
         def __init__(self) -> None:
@@ -349,3 +349,19 @@ def test_graph_breaks_fails_when_fullgraph_compile_fails() -> None:
     with pytest.raises(FullGraphError, match="DrawsFromGenerator"):
         graph_breaks(DrawsFromGenerator(), x, backend="aot_eager")
     assert graph_breaks(torch.nn.Linear(3, 2), x, backend="aot_eager") == (0, [])
+
+
+# ---------------------------------------------------------------- package layout
+
+
+def test_bench_packages_import_light() -> None:
+    """The three rooms (measure, vit, vla) import none of their modules, nor torch, until asked."""
+    import subprocess
+    import sys
+
+    code = ("import sys, prismatic_tr.bench, prismatic_tr.bench.measure, prismatic_tr.bench.vit, "
+            "prismatic_tr.bench.vla; print(sorted(m for m in sys.modules if m.startswith('prismatic_tr.bench')"
+            " or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(["prismatic_tr.bench", "prismatic_tr.bench.measure", "prismatic_tr.bench.vit",
+                               "prismatic_tr.bench.vla"])

@@ -141,9 +141,9 @@ def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, 
     """An injected slow vision phase in the baseline row: warnings, noise_flag in the files, exit 3."""
     from helpers.slow_step import slow_baseline_step
 
-    from prismatic_tr.bench import policy
+    from prismatic_tr.bench.vla import benchmark as vla_benchmark
 
-    monkeypatch.setattr(policy, "PolicyStep", slow_baseline_step(0.25))
+    monkeypatch.setattr(vla_benchmark, "PolicyStep", slow_baseline_step(0.25))
     out = tmp_path / "bench"
     with pytest.raises(SystemExit) as exc:
         benchmark.main(benchmark.parse_config([

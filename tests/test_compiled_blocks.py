@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla, remove_token_reduction
-from prismatic_tr.bench.compiled import compile_blocks, compiled_modules
+from prismatic_tr.bench.vla.compiled import compile_blocks, compiled_modules
 from prismatic_tr.models import build_processor, build_vla
 from vla_scripts import benchmark
 

@@ -60,7 +60,7 @@ def test_list_flags_take_every_spelling(spelling: list[str]) -> None:
 def test_timing_is_warm_and_interleaved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every setting, the baseline included, is timed in one interleaved call after warm-up forwards, with
     its reduction attached outside the timed region."""
-    from prismatic_tr.bench import timing
+    from prismatic_tr.bench.measure import timing
 
     calls: list[dict] = []
     real = timing.interleaved

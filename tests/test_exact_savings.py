@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from prismatic_tr.bench.exact import measure_exact_savings
+from prismatic_tr.bench.vla.exact import measure_exact_savings
 from prismatic_tr.models import build_vla
 from prismatic_tr.vla.exact import apply_exact_savings, run_last_block
 

@@ -12,7 +12,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "token_reduction_ex
 
 
 def test_example_times_warm_interleaved_medians(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    from prismatic_tr.bench import timing
+    from prismatic_tr.bench.measure import timing
 
     calls: list[dict] = []
     real = timing.interleaved

@@ -18,7 +18,7 @@ from helpers.reference_clients import require_reference
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from prismatic_tr.bench.ops import find_host_syncs
+from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.models import NativeOpenVLA, RemoteCodeError, build_prompt, build_vla, load_vla
 from prismatic_tr.models.prompt import _device_prompt, prepare_prompt
 

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("tensorflow_datasets")
 
-from prismatic_tr.bench.policy_settings import Setting, parse_setting  # noqa: E402
+from prismatic_tr.bench.vla.specs import Setting, parse_setting  # noqa: E402
 from prismatic_tr.eval import wilson_interval  # noqa: E402
 from prismatic_tr.models import load_vla  # noqa: E402
 from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes  # noqa: E402

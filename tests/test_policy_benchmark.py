@@ -11,9 +11,9 @@ import torch
 from helpers.slow_step import slow_baseline_step
 from PIL import Image
 
-from prismatic_tr.bench.policy import add_speedup_fields, benchmark_token_reduction, build_settings
-from prismatic_tr.bench.policy_report import format_table
-from prismatic_tr.bench.policy_settings import PHASES
+from prismatic_tr.bench.vla.benchmark import add_speedup_fields, benchmark_token_reduction, build_settings
+from prismatic_tr.bench.vla.report import format_table
+from prismatic_tr.bench.vla.specs import PHASES
 from prismatic_tr.models import build_processor, build_prompt, build_vla
 from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
 
@@ -243,7 +243,7 @@ def test_hf_style_model_through_the_adapter():
 
 
 def gauges(vision, p10=None, p90=None, **rule):
-    from prismatic_tr.bench.noise import NoiseRule, gauge_rows
+    from prismatic_tr.bench.measure.noise import NoiseRule, gauge_rows
 
     p10 = p10 or [100.0] * len(vision)
     p90 = p90 or [105.0] * len(vision)
@@ -282,17 +282,17 @@ def test_spread_flags_a_row():
 
 @pytest.mark.parametrize("rule", [{"vision_tolerance": 0.0}, {"vision_tolerance": 1.5}, {"spread_limit": 1.0}])
 def test_noise_rule_rejects_bad_limits(rule):
-    from prismatic_tr.bench.noise import NoiseRule
+    from prismatic_tr.bench.measure.noise import NoiseRule
 
     with pytest.raises(ValueError, match=next(iter(rule))):
         NoiseRule(**rule)
 
 
 def test_injected_slow_baseline_is_flagged(vla, monkeypatch):
-    from prismatic_tr.bench import policy
-    from prismatic_tr.bench.noise import noise_warnings
+    from prismatic_tr.bench.measure.noise import noise_warnings
+    from prismatic_tr.bench.vla import benchmark as vla_benchmark
 
-    monkeypatch.setattr(policy, "PolicyStep", slow_baseline_step(0.25))
+    monkeypatch.setattr(vla_benchmark, "PolicyStep", slow_baseline_step(0.25))
     records = benchmark_token_reduction(vla, make_inputs(vla), methods=["topk_magnitude", "spatial_pool"],
                                         ratios=[0.5], num_runs=2, warmup=0, progress=False)
     assert [r["noise_flag"] for r in records] == [True, True, True]
@@ -305,7 +305,7 @@ def test_injected_slow_baseline_is_flagged(vla, monkeypatch):
 
 
 def test_plot_and_table_mark_noisy_rows(run):
-    from prismatic_tr.bench.policy_report import NOISE_LABEL, NOISY_MARK, build_figure
+    from prismatic_tr.bench.vla.report import NOISE_LABEL, NOISY_MARK, build_figure
 
     records = [dict(r, noise_flag=False) for r in run[0]]
     records[2]["noise_flag"] = True
@@ -322,3 +322,16 @@ def test_plot_and_table_mark_noisy_rows(run):
         plt.close(fig)
     rows = format_table(records).splitlines()
     assert rows[4].rstrip().endswith(NOISY_MARK) and not rows[3].rstrip().endswith(NOISY_MARK)
+
+
+@pytest.mark.parametrize("name", ["benchmark_token_reduction", "build_settings", "format_table", "plot_results",
+                                  "write_csv", "write_json"])
+def test_bench_lazy_exports_resolve(name: str) -> None:
+    """prismatic_tr.bench's lazy names come from the control-step benchmark's room, bench/vla."""
+    import importlib
+
+    import prismatic_tr.bench as bench
+
+    module = importlib.import_module(bench._LAZY_EXPORTS[name])
+    assert module.__name__.startswith("prismatic_tr.bench.vla.")
+    assert getattr(bench, name) is getattr(module, name)

@@ -16,7 +16,7 @@ from helpers.positions import expected_ids, handbuilt_logits, sharpen_attention
 from helpers.reference_clients import import_openvla_hf
 from helpers.reference_models import UNNORM_KEY, build_reference_vla
 
-from prismatic_tr.bench.ops import find_host_syncs
+from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.llm import original_positions
 from prismatic_tr.models import NativeOpenVLA, build_vla
 from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from prismatic_tr.bench.ops import count_kernel_ops, find_host_syncs
+from prismatic_tr.bench.measure.ops import count_kernel_ops, find_host_syncs
 from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept
 from prismatic_tr.reducers.random_stream import KeyStream
 
@@ -180,8 +180,8 @@ OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_no_host_syncs_and_few_ops(method):
-    """No host sync (the shared list of prismatic_tr.bench.ops) and few kernel-launching ops. ``random``
-    hashes its scores in ~12 elementwise integer ops (one fused kernel under torch.compile); advancing its
+    """No host sync (the shared list of prismatic_tr.bench.measure.ops) and few kernel-launching ops.
+    ``random`` hashes its scores in ~12 elementwise integer ops (one fused kernel under torch.compile); advancing its
     key is arithmetic on a 0-d CPU tensor (host work, no device kernel), so it is not counted."""
     budget = OP_BUDGET[method]
     reducer = make(method, 0.5, 1)
@@ -197,7 +197,7 @@ def test_no_host_syncs_and_few_ops(method):
 def test_compiles_fullgraph_and_matches_eager(method):
     """torch.compile(fullgraph=True) really compiles and runs every strategy (random included: its draws
     come from a counter-based hash, not a torch.Generator), with the same output as eager."""
-    from prismatic_tr.bench.profiling import graph_breaks
+    from prismatic_tr.bench.measure.profiling import graph_breaks
 
     x = features(2, 64, 16, 1)
     eager, compiled = make(method, 0.5, 1), make(method, 0.5, 1)

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from prismatic_tr.bench.ops import count_kernel_ops, find_host_syncs
-from prismatic_tr.bench.speed import CSV_HEADER, SpeedConfig, summarize_runs
-from prismatic_tr.bench.timing import TimingStats
+from prismatic_tr.bench.measure.ops import count_kernel_ops, find_host_syncs
+from prismatic_tr.bench.measure.timing import TimingStats
+from prismatic_tr.bench.vit.speed import CSV_HEADER, SpeedConfig, summarize_runs
 from vla_scripts import speed_test
 
 TINY = ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--reduction_loc", "3", "6", "9",
@@ -127,7 +127,7 @@ def test_topk_adds_few_kernel_ops_and_no_syncs(locs: list[int]) -> None:
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_topk_compiles_without_graph_breaks(backend: str) -> None:
     """graph_breaks() really compiles with fullgraph=True and runs the compiled model."""
-    from prismatic_tr.bench.profiling import graph_breaks
+    from prismatic_tr.bench.measure.profiling import graph_breaks
 
     breaks, reasons = graph_breaks(_small_vit([1, 3]), torch.randn(1, 3, 64, 64), backend=backend)
     assert breaks == 0, reasons
@@ -146,7 +146,7 @@ def test_gpu_modes_run(capsys: pytest.CaptureFixture[str], mode: list[str]) -> N
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_event_timing() -> None:
-    from prismatic_tr.bench.timing import Timer, time_fn
+    from prismatic_tr.bench.measure.timing import Timer, time_fn
 
     a = torch.randn(256, 256, device="cuda")
     stats = time_fn(lambda: a @ a, warmup=2, repeats=5, device="cuda")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prismatic_tr.bench.ops import count_dispatched_ops
+from prismatic_tr.bench.measure.ops import count_dispatched_ops
 from prismatic_tr.models import ActionTokenizer
 from prismatic_tr.training import metrics
 from prismatic_tr.training.metrics import action_metrics, bin_centers_on, decode_to_centers

@@ -12,7 +12,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from prismatic_tr.bench.ops import HOST_SYNC_OPS
+from prismatic_tr.bench.measure.ops import HOST_SYNC_OPS
 from prismatic_tr.vit import apply_vit_reduction, create_model, get_vit_reduction, tokens_per_location
 
 DEPTH, PATCHES = 4, 64  # 32 px images, 4 px patches
@@ -205,7 +205,7 @@ def _ops(fn: object, *args: torch.Tensor) -> list[str]:
     return rec.ops
 
 
-SYNC_OPS = HOST_SYNC_OPS  # the one list of host-sync operators (prismatic_tr.bench.ops)
+SYNC_OPS = HOST_SYNC_OPS  # the one list of host-sync operators (prismatic_tr.bench.measure.ops)
 
 
 @pytest.mark.parametrize("family,extra_ops", [("deit", 7), ("dinov2_reg4", 7), ("siglip", 7)])

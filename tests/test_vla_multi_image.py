@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from prismatic_tr.bench.ops import find_host_syncs
+from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.reducers import TokenReducer
 from prismatic_tr.vla import (
     apply_token_reduction_to_vla,

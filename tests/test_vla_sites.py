@@ -14,7 +14,7 @@ from helpers.positions import expected_ids, handbuilt_logits
 from helpers.reference_clients import import_openvla_hf
 from helpers.reference_models import build_reference_vla
 
-from prismatic_tr.bench.ops import find_host_syncs
+from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.llm import prune_index, query_index, select_visual, visual_token_scores, visual_window
 from prismatic_tr.models import NativeOpenVLA, build_vla, load_vla
 from prismatic_tr.reducers import num_kept

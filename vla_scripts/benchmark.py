@@ -15,8 +15,8 @@ under every setting (success rate, action error). Prints a table and writes ``re
 List flags take ``--ratios 0.75 0.5``, ``--ratios 0.75,0.5`` or ``--ratios "[0.75,0.5]"``. Bad flags exit
 with status 2 before any model is built. Rows whose timings the machine disturbed (the vision phase, the
 same work in every row, departs from the baseline's, or a row's runs spread too far; see
-prismatic_tr.bench.noise) are flagged ``noise_flag`` and warned about; with ``--strict`` such a run exits
-with status 3.
+prismatic_tr.bench.measure.noise) are flagged ``noise_flag`` and warned about; with ``--strict`` such a run
+exits with status 3.
 """
 
 import dataclasses
@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from prismatic_tr.bench.devices import resolve_device
-from prismatic_tr.bench.devices import resolve_dtype as _resolve_dtype
+from prismatic_tr.bench.measure.devices import resolve_device
+from prismatic_tr.bench.measure.devices import resolve_dtype as _resolve_dtype
 from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
-# Reduction inside the vision towers and inside the language model (see prismatic_tr.bench.policy_settings).
+# Reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
 DEFAULT_SITE_SETTINGS = [
     "spatial_pool:4x4",
     "vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "vision:attention:0.1@0.25",
@@ -75,10 +75,10 @@ class BenchmarkConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.policy_settings import build_settings
+        from prismatic_tr.bench.vla.specs import build_settings
 
         build_settings(self.methods, self.ratios, self.spatial_merge_size)  # names a bad method/ratio/size
-        from prismatic_tr.bench.policy_settings import parse_setting
+        from prismatic_tr.bench.vla.specs import parse_setting
 
         for spec in self.settings:
             parse_setting(spec)
@@ -134,7 +134,7 @@ class BenchmarkConfig:
 
     def _check_against_model(self, config: dict[str, Any]) -> None:
         """Merge size against the patch grid, unnorm_key against the norm_stats (when the config has them)."""
-        from prismatic_tr.bench.policy_settings import POOL_METHOD, check_merge_sizes, grid_from_config
+        from prismatic_tr.bench.vla.specs import POOL_METHOD, check_merge_sizes, grid_from_config
 
         grid = grid_from_config(config)
         if POOL_METHOD in self.methods and grid is not None:
@@ -194,7 +194,7 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
     """Command, date, machine (with the load average at start) and settings, stored in results.json."""
     import transformers
 
-    from prismatic_tr.bench.noise import NoiseRule
+    from prismatic_tr.bench.measure.noise import NoiseRule
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
@@ -215,7 +215,7 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
             "ideal_speedup": "Amdahl bound from baseline phases: projector x K/N, prefill x (T+K)/(T+N), "
                              "vision and decode unchanged, reducer free",
             "fidelity": "against the unreduced model on the same inputs (generate / predict_action)",
-            "noise_flag": NoiseRule().describe() + " (prismatic_tr.bench.noise)",
+            "noise_flag": NoiseRule().describe() + " (prismatic_tr.bench.measure.noise)",
             "load_average_at_start": "os.getloadavg() (1, 5, 15 min) when the command started",
         },
     }
@@ -223,7 +223,7 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
 
 def write_outputs(records: list[dict], meta: dict[str, Any], output_dir: Path) -> list[Path]:
     """results.csv, results.json and results.png in ``output_dir`` (created if needed)."""
-    from prismatic_tr.bench.policy_report import plot_results, write_csv, write_json
+    from prismatic_tr.bench.vla.report import plot_results, write_csv, write_json
 
     output_dir.mkdir(parents=True, exist_ok=True)
     title = f"{meta['model']} | {meta['device']} {meta['dtype']} | batch {meta['config']['batch_size']}"
@@ -253,7 +253,7 @@ def add_policy_fidelity(records: list[dict], cfg: BenchmarkConfig) -> str:
     returns a line for the metadata saying what was done (or why not)."""
     if cfg.policy_episodes == 0:
         return "not measured (--policy_episodes 0)"
-    from prismatic_tr.bench.policy_settings import parse_setting
+    from prismatic_tr.bench.vla.specs import parse_setting
     from prismatic_tr.policy.fidelity import EVAL_SEED, policy_fidelity
 
     try:
@@ -270,9 +270,9 @@ def add_policy_fidelity(records: list[dict], cfg: BenchmarkConfig) -> str:
 
 def main(cfg: BenchmarkConfig) -> list[dict]:
     """Build or load the model, benchmark every setting, print the table and write the three files."""
-    from prismatic_tr.bench.noise import NoiseRule, noise_warnings
-    from prismatic_tr.bench.policy import benchmark_token_reduction
-    from prismatic_tr.bench.policy_report import format_table
+    from prismatic_tr.bench.measure.noise import NoiseRule, noise_warnings
+    from prismatic_tr.bench.vla.benchmark import benchmark_token_reduction
+    from prismatic_tr.bench.vla.report import format_table
 
     start, load_at_start = time.perf_counter(), load_average()
     if cfg.num_threads > 0:
@@ -280,7 +280,7 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
     vla, processor, source = load_model(cfg, device, dtype)
     if cfg.compile:
-        from prismatic_tr.bench.compiled import compile_blocks
+        from prismatic_tr.bench.vla.compiled import compile_blocks
 
         compile_blocks(vla)  # for the rest of this process; the warm-up rounds compile each setting
         source += " (blocks compiled)"

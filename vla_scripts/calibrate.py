@@ -4,8 +4,8 @@
     python vla_scripts/calibrate.py --model topk_deit_base_patch16_224 --input_sizes 224 320 448 \\
         --batch_sizes 1 8 --out calib.json
 
-``prismatic_tr.bench.breakeven.should_use_token_reduction`` reads the profile. The sweep CSV is kept next to
-the profile (``<out>.sweep.csv``), so an interrupted calibration resumes. Bad flags exit 2.
+``prismatic_tr.bench.vit.breakeven.should_use_token_reduction`` reads the profile. The sweep CSV is kept next
+to the profile (``<out>.sweep.csv``), so an interrupted calibration resumes. Bad flags exit 2.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from prismatic_tr.bench.breakeven import default_profile_path, write_profile
-from prismatic_tr.bench.devices import DTYPES, device_type
-from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, run_sweep
+from prismatic_tr.bench.measure.devices import DTYPES, device_type
+from prismatic_tr.bench.vit.breakeven import default_profile_path, write_profile
+from prismatic_tr.bench.vit.sweep import SweepConfig, markdown_tables, run_sweep
 from vla_scripts.cli import parse_args, set_threads
 from vla_scripts.speed_test import add_flag
 

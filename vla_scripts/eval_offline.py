@@ -50,7 +50,7 @@ class EvalOfflineConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.policy_settings import build_settings, parse_setting
+        from prismatic_tr.bench.vla.specs import build_settings, parse_setting
 
         for name, low in (("max_samples", 1), ("batch_size", 1), ("num_threads", 0)):
             value = getattr(self, name)
@@ -103,7 +103,7 @@ OFFLINE_COLUMNS = (
 def main(cfg: EvalOfflineConfig) -> list[dict[str, Any]]:
     from tqdm.auto import tqdm
 
-    from prismatic_tr.bench.policy_report import write_csv, write_json
+    from prismatic_tr.bench.vla.report import write_csv, write_json
     from prismatic_tr.policy.offline import evaluate_offline
     from prismatic_tr.policy.report import format_rows, plot_tradeoff
 

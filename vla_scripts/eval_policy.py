@@ -3,7 +3,7 @@
 The policy (default: the bundled trained policy; ``--vla_path`` for another checkpoint on the same task) runs
 ``--episodes`` unseen episodes unreduced and under every setting (``--methods`` x ``--ratios`` at the
 projector, plus any ``--settings`` spec: ``vision:attention:0.25@0.3``, ``llm:attention:0.5@0.25``, combinations
-joined with ``+``; see ``prismatic_tr.bench.policy_settings``). The same seeds for every setting.
+joined with ``+``; see ``prismatic_tr.bench.vla.specs``). The same seeds for every setting.
 
     python vla_scripts/eval_policy.py --episodes 100 --ratios 0.5 0.1
     python vla_scripts/eval_policy.py --methods topk_magnitude --ratios 0.25 --settings vision:attention:0.25@0.3
@@ -54,7 +54,7 @@ class EvalPolicyConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.policy_settings import build_settings, parse_setting
+        from prismatic_tr.bench.vla.specs import build_settings, parse_setting
         from prismatic_tr.envs import TaskConfig
 
         for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 1), ("num_threads", 0), ("seed", 0)):
@@ -108,7 +108,7 @@ def load(cfg: EvalPolicyConfig) -> tuple[Any, Any, str, str]:
 def main(cfg: EvalPolicyConfig) -> list[dict[str, Any]]:
     from tqdm.auto import tqdm
 
-    from prismatic_tr.bench.policy_report import write_csv, write_json
+    from prismatic_tr.bench.vla.report import write_csv, write_json
     from prismatic_tr.policy.evaluate import evaluate_settings
     from prismatic_tr.policy.report import CLOSED_LOOP_COLUMNS, format_rows, plot_tradeoff
 

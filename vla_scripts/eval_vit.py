@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from prismatic_tr.bench.devices import resolve_device
+from prismatic_tr.bench.measure.devices import resolve_device
 from vla_scripts.cli import parse_config_or_exit
 
 FIELDS = ["method", "keep_rate", "r", "tokens_out", "gmacs", "top1_agreement", "kl_divergence", "margin_change",
@@ -89,7 +89,7 @@ def _geometry(name: str, img_size: int | None) -> tuple[int, int, int]:
     weights on the meta device."""
     import timm
 
-    from prismatic_tr.bench.flops import empty_weights
+    from prismatic_tr.bench.measure.flops import empty_weights
 
     extra = {} if img_size is None else {"img_size": img_size}
     try:
@@ -149,7 +149,7 @@ def evaluate_setting(model: torch.nn.Module, setting: dict[str, Any], cfg: EvalV
                      example: torch.Tensor, base: Any) -> tuple[dict[str, Any], Any]:
     """Attach one setting, measure fidelity against ``base`` outputs (its own outputs when ``base`` is
     None: the baseline) and tokens and GMACs per image, detach; returns (row, outputs). Untimed."""
-    from prismatic_tr.bench.flops import count_macs
+    from prismatic_tr.bench.measure.flops import count_macs
     from prismatic_tr.eval import collect_outputs, fidelity_from_outputs
 
     with attach(model, setting, cfg):
@@ -165,7 +165,7 @@ def time_settings(model: torch.nn.Module, setting_list: list[dict[str, Any]], cf
                   example: torch.Tensor) -> list[dict[str, float]]:
     """Warm, interleaved timing of one batch forward per setting: ``batch_ms`` (median), p10, p90, and
     ``speedup`` against the first (baseline) setting. Attaching a setting is outside the timed region."""
-    from prismatic_tr.bench.timing import interleaved
+    from prismatic_tr.bench.measure.timing import interleaved
 
     names = [f"{i}" for i in range(len(setting_list))]
     with torch.no_grad():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
-from prismatic_tr.bench.devices import DTYPES
-from prismatic_tr.bench.speed import CSV_HEADER, SpeedConfig, format_csv, run_speed_test
+from prismatic_tr.bench.measure.devices import DTYPES
+from prismatic_tr.bench.vit.speed import CSV_HEADER, SpeedConfig, format_csv, run_speed_test
 from vla_scripts.cli import parse_args, set_threads
 
 
@@ -80,8 +80,8 @@ def append_csv(path: Path, line: str) -> None:
 
 def profile_line(cfg: SpeedConfig) -> str:
     """One line of per-forward profiler figures for ``cfg`` (built again; plain eager forward)."""
-    from prismatic_tr.bench.profiling import profile_forward
-    from prismatic_tr.bench.speed import build_model, make_input
+    from prismatic_tr.bench.measure.profiling import profile_forward
+    from prismatic_tr.bench.vit.speed import build_model, make_input
 
     model, x = build_model(cfg), make_input(cfg)
     prof = profile_forward(lambda: model(x), device=cfg.device, repeats=2)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from prismatic_tr.bench.devices import DTYPES
-from prismatic_tr.bench.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
+from prismatic_tr.bench.measure.devices import DTYPES
+from prismatic_tr.bench.vit.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
 from vla_scripts.cli import parse_args, set_threads
 from vla_scripts.speed_test import add_flag
 

@@ -26,8 +26,9 @@ from prismatic_tr.vla import (
 
 
 def benchmark_token_reduction(vla: Any, sample_inputs: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """Time and compare a whole policy step per method x ratio; see :func:`prismatic_tr.bench.policy.benchmark_token_reduction`."""
-    from prismatic_tr.bench.policy import benchmark_token_reduction as _benchmark
+    """Time and compare a whole policy step per method x ratio; see
+    :func:`prismatic_tr.bench.vla.benchmark.benchmark_token_reduction`."""
+    from prismatic_tr.bench.vla.benchmark import benchmark_token_reduction as _benchmark
 
     return _benchmark(vla, sample_inputs, **kwargs)
 

@@ -1,17 +1,24 @@
-"""Benchmarking: timing, FLOPs, op counts, profiling, sweeps, break-even policy, policy-step benchmark.
+"""Benchmarking, one subpackage per job:
+
+* :mod:`prismatic_tr.bench.measure`: the measuring tools (timing, op counts, FLOPs, noise gauges, profiling,
+  GPU power, device and dtype names).
+* :mod:`prismatic_tr.bench.vit`: the timm ViT speed harness (one speed test, input-size x batch-size sweeps,
+  the break-even policy).
+* :mod:`prismatic_tr.bench.vla`: the OpenVLA control-step benchmark (settings, the step and its phases,
+  untimed measurements, reports, exact savings, compiled blocks).
 
 Kept free of heavy imports: import the submodules you need, e.g.
-``from prismatic_tr.bench.timing import time_fn``.
+``from prismatic_tr.bench.measure.timing import time_fn``.
 """
 
-# Policy-step benchmark (owner: policy), resolved lazily so that importing the package stays light.
+# Control-step benchmark (owner: policy), resolved lazily so that importing the package stays light.
 _LAZY_EXPORTS = {
-    "benchmark_token_reduction": "prismatic_tr.bench.policy",
-    "build_settings": "prismatic_tr.bench.policy_settings",
-    "format_table": "prismatic_tr.bench.policy_report",
-    "plot_results": "prismatic_tr.bench.policy_report",
-    "write_csv": "prismatic_tr.bench.policy_report",
-    "write_json": "prismatic_tr.bench.policy_report",
+    "benchmark_token_reduction": "prismatic_tr.bench.vla.benchmark",
+    "build_settings": "prismatic_tr.bench.vla.specs",
+    "format_table": "prismatic_tr.bench.vla.report",
+    "plot_results": "prismatic_tr.bench.vla.report",
+    "write_csv": "prismatic_tr.bench.vla.report",
+    "write_json": "prismatic_tr.bench.vla.report",
 }
 
 

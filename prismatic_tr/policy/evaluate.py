@@ -1,10 +1,10 @@
 """Closed-loop evaluation of reduction settings: success on the tabletop task and end-to-end step time.
 
-For each setting (:mod:`prismatic_tr.bench.policy_settings`; the unreduced baseline first) the reduction is
+For each setting (:mod:`prismatic_tr.bench.vla.specs`; the unreduced baseline first) the reduction is
 attached, the same episodes run (:func:`prismatic_tr.policy.closed_loop.run_episodes`), and the reduction is
 removed. Step time: the model's own ``predict_action`` at batch 1 on the first episode's first observation,
-every setting timed round-robin after a warm-up (``prismatic_tr.bench.timing.interleaved``, the reduction
-attached outside the timed region), medians with p10 / p90.
+every setting timed round-robin after a warm-up (``prismatic_tr.bench.measure.timing.interleaved``, the
+reduction attached outside the timed region), medians with p10 / p90.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.bench.policy_settings import Setting
-from prismatic_tr.bench.timing import interleaved
+from prismatic_tr.bench.measure.timing import interleaved
+from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, run_episodes

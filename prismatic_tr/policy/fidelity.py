@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prismatic_tr.bench.policy_settings import Setting
+from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.policy.bundled import UNNORM_KEY, load_bundled_policy
 from prismatic_tr.policy.evaluate import evaluate_settings
 from prismatic_tr.policy.offline import evaluate_offline, expert_steps

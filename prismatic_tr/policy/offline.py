@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.policy_settings import Setting
+from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.evaluate import llm_visual_tokens, reduction
 from prismatic_tr.vla import visual_token_count

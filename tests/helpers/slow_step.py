@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from prismatic_tr.bench.policy_step import PolicyStep
+from prismatic_tr.bench.vla.step import PolicyStep
 
 
 def slow_baseline_step(seconds: float) -> type[PolicyStep]:

@@ -5,12 +5,12 @@ of one OpenVLA control step, unreduced and with each token-reduction setting.
 ...                                     methods=["topk_magnitude", "spatial_pool"], ratios=[0.5])
 >>> records[1]["speedup"], records[1]["ideal_speedup"], records[1]["action_token_agreement"]
 
-Method of measurement (see :mod:`prismatic_tr.bench.policy_step` for what one step is):
+Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one step is):
 
 * Timing: every setting runs ``warmup`` untimed steps, then ``num_runs`` timed rounds in which all
   settings run once each, the baseline among them, in alternating order (A B C, C B A, ...) so that drift
-  of the machine cancels. Phases are timed with :class:`prismatic_tr.bench.timing.Timer` (CUDA events on a
-  GPU, ``perf_counter`` on a CPU); ``*_ms`` is the median over runs, ``*_ms_p10`` / ``*_ms_p90`` the
+  of the machine cancels. Phases are timed with :class:`prismatic_tr.bench.measure.timing.Timer` (CUDA
+  events on a GPU, ``perf_counter`` on a CPU); ``*_ms`` is the median over runs, ``*_ms_p10`` / ``*_ms_p90`` the
   spread; ``total_ms`` is the median of the per-run totals.
 * The vision phase runs ``vision_backbone.forward`` (unreduced features) and the reducer phase runs the
   attached reducer on them, so the two are timed apart; the reduction is attached with
@@ -21,11 +21,11 @@ Method of measurement (see :mod:`prismatic_tr.bench.policy_step` for what one st
   zero, though on the cpu-bench preset decode measured 10-16% faster at K = 128 / 64 in the topk_magnitude
   rows of ``benchmarks/results/policy/results.json``, so the bound is conservative), and the reducer free.
   ``efficiency`` = speedup / ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone.
-* MACs per phase (:func:`prismatic_tr.bench.flops.count_macs`: matmul-like ops, one multiply-add = 1 MAC),
-  reported in GMACs per step (the whole batch).
+* MACs per phase (:func:`prismatic_tr.bench.measure.flops.count_macs`: matmul-like ops, one multiply-add
+  = 1 MAC), reported in GMACs per step (the whole batch).
 * Noise: ``vision_vs_baseline``, ``total_spread`` (p90 / p10 of the total) and ``noise_flag`` /
-  ``noise_reason`` per row, by the rule of :mod:`prismatic_tr.bench.noise` (the vision phase does the same
-  work in every row, so it gauges the machine).
+  ``noise_reason`` per row, by the rule of :mod:`prismatic_tr.bench.measure.noise` (the vision phase does the
+  same work in every row, so it gauges the machine).
 * ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU there
   is no per-step allocator peak, so it is None.
 * Fidelity against the unreduced model on the same inputs, through the model's own ``generate`` and
@@ -41,8 +41,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from prismatic_tr.bench.noise import add_noise_fields
-from prismatic_tr.bench.policy_measure import (
+from prismatic_tr.bench.measure.noise import add_noise_fields
+from prismatic_tr.bench.measure.timing import Timer, summarize
+from prismatic_tr.bench.vla.measure import (
     ModelAnswer,
     check_device,
     fidelity,
@@ -53,7 +54,7 @@ from prismatic_tr.bench.policy_measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.policy_settings import (
+from prismatic_tr.bench.vla.specs import (
     BASELINE,
     PHASES,
     POOL_METHOD,
@@ -61,8 +62,7 @@ from prismatic_tr.bench.policy_settings import (
     build_settings,
     parse_setting,
 )
-from prismatic_tr.bench.policy_step import PolicyStep, StepInputs, prepare_inputs, timed_call
-from prismatic_tr.bench.timing import Timer, summarize
+from prismatic_tr.bench.vla.step import PolicyStep, StepInputs, prepare_inputs, timed_call
 from prismatic_tr.vla import reductions_attached, remove_token_reduction, unwrap_vla
 
 
@@ -188,7 +188,7 @@ def benchmark_token_reduction(
             ``pixel_values`` (B, C, H, W).
         methods, ratios, spatial_merge_size: projector-site settings, see :func:`build_settings`.
         extra_settings: further settings (specs such as ``"vision:attention:0.25@0.3"`` or ``"llm:attention:0.5@0.25"``,
-            combinations joined with ``+``; see :mod:`prismatic_tr.bench.policy_settings`).
+            combinations joined with ``+``; see :mod:`prismatic_tr.bench.vla.specs`).
         num_runs: timed rounds (every setting once per round); warmup: untimed rounds first.
         device: where the model lives (default: its parameters' device); must match the model.
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).

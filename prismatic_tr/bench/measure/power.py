@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.bench.devices import as_device
+from prismatic_tr.bench.measure.devices import as_device
 
 
 def nvml_target(torch_index: int, cuda_visible_devices: str | None) -> int | str | None:

@@ -7,9 +7,9 @@ earlier DeiT study's speed script printed.
 >>> print(format_csv(row))
 
 Units (CSV_HEADER): tp images/s; latency_ms ms per image (median call time / batch); time_total s of all
-timed calls; flops GMACs per image (see ``bench.flops``); max_memory MB (CUDA: peak allocated by torch;
-CPU: the process's peak resident set size); no_params / no_params_trainable in millions; power mean W over
-the timed loop (pynvml, CUDA only; empty elsewhere).
+timed calls; flops GMACs per image (see ``bench.measure.flops``); max_memory MB (CUDA: peak allocated by
+torch; CPU: the process's peak resident set size); no_params / no_params_trainable in millions; power mean W
+over the timed loop (pynvml, CUDA only; empty elsewhere).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.bench.devices import DTYPES, as_device
-from prismatic_tr.bench.flops import count_macs, empty_weights
-from prismatic_tr.bench.power import PowerMonitor
-from prismatic_tr.bench.timing import TimingStats, summarize, synchronize, time_fn
+from prismatic_tr.bench.measure.devices import DTYPES, as_device
+from prismatic_tr.bench.measure.flops import count_macs, empty_weights
+from prismatic_tr.bench.measure.power import PowerMonitor
+from prismatic_tr.bench.measure.timing import TimingStats, summarize, synchronize, time_fn
 
 CSV_HEADER: tuple[str, ...] = (
     "run_name", "tp", "latency_ms", "time_total", "flops", "max_memory", "no_params", "no_params_trainable",

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.bench.devices import DeviceLike, as_device
+from prismatic_tr.bench.measure.devices import DeviceLike, as_device
 
 
 def _uses_events(device: torch.device) -> bool:

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from prismatic_tr.bench.devices import as_device
-from prismatic_tr.bench.ops import count_dispatched_ops, count_kernel_ops, find_host_syncs, ops_added
-from prismatic_tr.bench.timing import synchronize
+from prismatic_tr.bench.measure.devices import as_device
+from prismatic_tr.bench.measure.ops import count_dispatched_ops, count_kernel_ops, find_host_syncs, ops_added
+from prismatic_tr.bench.measure.timing import synchronize
 
 _LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.bench.devices import device_type
+from prismatic_tr.bench.measure.devices import device_type
 
 PROFILE_FORMAT = "prismatic_tr.calibration/1"
 
@@ -96,7 +96,7 @@ def count_tokens(model_name: str, input_size: int) -> int:
     Built with meta parameters (no memory); if timm cannot build it, estimated from the name
     (``patch<P>``, ``reg<R>`` registers, no CLS for ``siglip``).
     """
-    from prismatic_tr.bench.flops import empty_weights
+    from prismatic_tr.bench.measure.flops import empty_weights
 
     if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
         raise ValueError(f"input_size={input_size!r} must be an int >= 1")
@@ -118,7 +118,7 @@ def count_tokens(model_name: str, input_size: int) -> int:
 
 
 def write_profile(rows: list[dict[str, Any]], path: Path, device_name: str = "", extra: dict | None = None) -> Path:
-    """Save sweep rows (``prismatic_tr.bench.sweep`` columns) as a calibration profile JSON."""
+    """Save sweep rows (``prismatic_tr.bench.vit.sweep`` columns) as a calibration profile JSON."""
     if not rows:
         raise ValueError("write_profile() needs at least one sweep row, got none")
     from prismatic_tr.vit import split_method

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.flops import count_macs
-from prismatic_tr.bench.policy_settings import PHASES  # noqa: F401  (re-exported: the phases run() calls)
-from prismatic_tr.bench.timing import Timer
+from prismatic_tr.bench.measure.flops import count_macs
+from prismatic_tr.bench.measure.timing import Timer
+from prismatic_tr.bench.vla.specs import PHASES  # noqa: F401  (re-exported: the phases run() calls)
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
 from prismatic_tr.vla import get_token_reduction, unwrap_vla

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.bench.profiling import profile_forward, reduction_op_delta
-from prismatic_tr.bench.speed import (
+from prismatic_tr.bench.measure.profiling import profile_forward, reduction_op_delta
+from prismatic_tr.bench.measure.timing import interleaved
+from prismatic_tr.bench.vit.speed import (
     SpeedConfig,
     build_model,
     clone_with_reduction,
@@ -30,7 +31,6 @@ from prismatic_tr.bench.speed import (
     gmacs_per_image,
     make_input,
 )
-from prismatic_tr.bench.timing import interleaved
 
 SWEEP_COLUMNS: tuple[str, ...] = (
     "model", "method", "device", "dtype", "mode", "input_size", "batch_size", "tokens", "baseline_tp", "reduced_tp",

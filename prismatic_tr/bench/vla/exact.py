@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.timing import interleaved
+from prismatic_tr.bench.measure.timing import interleaved
 from prismatic_tr.vla.exact import apply_exact_savings, run_last_block
 
 

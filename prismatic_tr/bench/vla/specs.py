@@ -24,7 +24,7 @@ from prismatic_tr.reducers import available_methods
 
 BASELINE = "none"
 POOL_METHOD = "spatial_pool"
-# The timed phases of one control step, in order (see prismatic_tr.bench.policy_step).
+# The timed phases of one control step, in order (see prismatic_tr.bench.vla.step).
 PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
 
 

@@ -1,4 +1,5 @@
-"""Tables, CSV, JSON and a figure for the records of :func:`prismatic_tr.bench.policy.benchmark_token_reduction`."""
+"""Tables, CSV, JSON and a figure for the records of
+:func:`prismatic_tr.bench.vla.benchmark.benchmark_token_reduction`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prismatic_tr.bench.policy_settings import PHASES
+from prismatic_tr.bench.vla.specs import PHASES
 
-NOISY_MARK = "NOISY"  # the table's mark for a row with noise_flag set (see prismatic_tr.bench.noise)
+NOISY_MARK = "NOISY"  # the table's mark for a row with noise_flag set (see prismatic_tr.bench.measure.noise)
 NOISE_LABEL = "noisy row (noise_flag)"
 
 # (header, record key, format) of the printed table.
