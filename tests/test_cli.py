@@ -83,6 +83,7 @@ SCRIPTS = {  # module -> text its --help must show (the first line of its docstr
     "speed_test": "Speed test of a timm ViT",
     "sweep": "Sweep baseline vs token-reduced ViT",
     "calibrate": "Measure where token reduction pays",
+    "train_policy": "Remake the bundled tabletop policy on the CPU, from nothing, in one command",
 }
 
 

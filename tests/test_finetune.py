@@ -81,6 +81,8 @@ def test_metrics_slice_by_visual_token_count(k):
         ({"lora_dropout": 1.0}, "lora_dropout"),
         ({"token_reduction": {"method": "no_such_method"}}, "no_such_method"),
         ({"token_reduction": {"method": "topk_magnitude", "reduction_ratio": 1.5}}, "1.5"),
+        ({"max_steps": 10, "stop_at_step": 11}, r"stop_at_step=11 is not allowed; use an integer in \[1, max_steps=10\]"),
+        ({"stop_at_step": 0}, "stop_at_step=0"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
@@ -190,6 +192,20 @@ def test_checkpoint_reloads_with_reduction_and_resumes(paths, tmp_path):
     resumed = finetune(make_cfg(paths, tmp_path, max_steps=2, resume_from=ckpt.parent / "step_000001",
                                 token_reduction={"method": "topk_magnitude", "reduction_ratio": 0.25}))
     assert resumed.start_step == 1 and [r["step"] for r in resumed.history] == [2.0]
+
+
+def test_stop_at_step_stops_the_run_with_the_schedule_kept(paths, tmp_path):
+    """``stop_at_step`` runs the first steps of the full schedule exactly: same learning rates, same weights as the
+    full run's checkpoint at that step, which is saved and logged though no interval falls on it."""
+    common = dict(max_steps=5, lr_schedule="cosine", lr_warmup_steps=1, use_lora=False, save_latest_checkpoint_only=False)
+    full = finetune(make_cfg(paths, tmp_path / "full", save_steps=3, **common))
+    stopped = finetune(make_cfg(paths, tmp_path / "stopped", stop_at_step=3, log_every=2, **common))
+    assert [r["step"] for r in stopped.history] == [1.0, 2.0, 3.0] and stopped.last_checkpoint.name == "step_000003"
+    assert [r["lr"] for r in stopped.history] == [r["lr"] for r in full.history[:3]]
+    # step 3: a quarter into the cosine over 5 - 1 steps (over 3 steps it would be half-way: 0.55 of the rate)
+    assert stopped.history[2]["lr"] == pytest.approx(5e-3 * (0.1 + 0.45 * (1 + math.cos(math.pi / 4))))
+    step3 = full.run_dir / "checkpoints" / "step_000003" / "model.safetensors"
+    assert (stopped.last_checkpoint / "model.safetensors").read_bytes() == step3.read_bytes()
 
 
 def _bnb_cpu_8bit_reason() -> str | None:

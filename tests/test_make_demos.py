@@ -119,6 +119,7 @@ BAD_FLAGS = [
     (["--num_episodes", "0"], "num_episodes"),
     (["--num_val_episodes", "-1"], "num_val_episodes"),
     (["--seed", "-3"], "-3"),
+    (["--seed", "499999", "--num_episodes", "2"], "overlap vision_pretraining (500,000-999,999)"),
     (["--dataset_name", "Bad-Name"], "Bad-Name"),
     (["--kinds", "[pick,fly]"], "fly"),
     (["--min_objects", "0"], "min_objects=0"),

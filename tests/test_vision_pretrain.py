@@ -55,6 +55,10 @@ def test_vision_pretrain_bad_settings() -> None:
         VisionPretrainConfig(learning_rate=0.0)
     with pytest.raises(ValueError):
         VisionPretrainConfig(min_objects=3, max_objects=2)
+    # seed 5's scenes would start at 1,000,000: the validation episodes' layouts
+    with pytest.raises(ValueError, match=r"seed=5 with 1000 steps x batch 32 is not allowed: .* overlap validation"):
+        VisionPretrainConfig(steps=1000, batch_size=32, seed=5)
+    VisionPretrainConfig(steps=1000, batch_size=32, seed=4)
 
 
 def test_pretrain_vision_trains_the_towers_only() -> None:

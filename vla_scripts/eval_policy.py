@@ -1,17 +1,21 @@
 """Closed-loop evaluation in the tabletop task: success rate and end-to-end step time per reduction setting.
 
 The policy (default: the bundled trained policy; ``--vla_path`` for another checkpoint on the same task) runs
-``--episodes`` unseen episodes unreduced and under every setting (``--methods`` x ``--ratios`` at the
+``--episodes`` episodes of a seed split (``--split``, ``prismatic_tr.envs.splits``: "validation" by default, the
+episodes that choose settings and stopping points; "test" for held-out reporting) unreduced and under every setting (``--methods`` x ``--ratios`` at the
 projector, plus any ``--settings`` spec: ``vision:attention:0.25@0.3``, ``llm:attention:0.5@0.25``, combinations
 joined with ``+``; see ``prismatic_tr.bench.vla.specs``). The same seeds for every setting.
 
     python vla_scripts/eval_policy.py --episodes 100 --ratios 0.5 0.1
     python vla_scripts/eval_policy.py --methods topk_magnitude --ratios 0.25 --settings vision:attention:0.25@0.3
+    python vla_scripts/eval_policy.py --split test --episodes 200 --methods "[]" --output_dir outputs/eval_test
+        # the unreduced policy alone on the held-out test split
 
 Writes ``results.csv``, ``results.json`` and ``results.png`` (success against speedup) into ``--output_dir``
 with the columns method, site, reduction_ratio, depth_fraction, num_patches, llm_visual_tokens, success_rate,
-success_ci_low, success_ci_high (Wilson 95 %), episodes, mean_steps, predict_action_ms (median at batch 1)
-and predict_action_speedup. Bad flags exit with status 2 before the model is loaded.
+success_ci_low, success_ci_high (Wilson 95 %), episodes, mean_steps, outcome_success / _timeout / _wrong_object
+(episodes per outcome), predict_action_ms (median at batch 1) and predict_action_speedup; the split and its
+seeds are in the JSON's meta. Bad flags exit with status 2 before the model is loaded.
 """
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
@@ -38,7 +42,8 @@ class EvalPolicyConfig:
     # fmt: off
     vla_path: str | None = None             # checkpoint directory (default: the bundled tabletop policy)
     episodes: int = 100                     # episodes per setting
-    seed: int = 1_000_000                   # first episode seed (the demonstrations use seeds below 1e6)
+    split: str = "validation"               # seed split of the episodes (validation | test | ...; envs.splits)
+    seed: int | None = None                 # first episode seed, inside the split (default: the split's first)
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))  # projector-site methods
     ratios: list[float] = field(default_factory=lambda: [0.5, 0.25, 0.1])      # fractions of tokens kept
     spatial_merge_size: list[int] = field(default_factory=lambda: [2])         # spatial_pool windows
@@ -56,11 +61,14 @@ class EvalPolicyConfig:
     def __post_init__(self) -> None:
         from prismatic_tr.bench.vla.specs import build_settings, parse_setting
         from prismatic_tr.envs import TaskConfig
+        from prismatic_tr.envs.splits import split_seeds
 
-        for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 1), ("num_threads", 0), ("seed", 0)):
+        for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 1), ("num_threads", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+        self.seeds = list(split_seeds(self.split, self.episodes, self.seed,
+                                      job=f"--split {self.split} --seed {self.seed} --episodes {self.episodes}"))
         self.output_dir = Path(self.output_dir)
         if self.output_dir.is_file():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
@@ -116,7 +124,7 @@ def main(cfg: EvalPolicyConfig) -> list[dict[str, Any]]:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     vla, processor, key, source = load(cfg)
-    seeds = list(range(cfg.seed, cfg.seed + cfg.episodes))
+    seeds = cfg.seeds
     bar = tqdm(total=len(seeds) * len(cfg.setting_list), desc="episodes", disable=not cfg.progress)
     records = evaluate_settings(vla, processor, cfg.setting_list, seeds, key, cfg.task, cfg.batch_size,
                                 cfg.timing_runs, on_episode=lambda label, o: bar.update())
@@ -125,9 +133,9 @@ def main(cfg: EvalPolicyConfig) -> list[dict[str, Any]]:
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     meta = {"command": " ".join(["python", "vla_scripts/eval_policy.py", *sys.argv[1:]]), "model": source,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
-            "torch_threads": torch.get_num_threads(), "config": cfg.to_meta(),
-            "wall_s": round(time.perf_counter() - start, 1)}
-    title = f"{Path(source).name}: {cfg.episodes} unseen episodes per setting (seeds {seeds[0]}-{seeds[-1]})"
+            "torch_threads": torch.get_num_threads(), "config": cfg.to_meta(), "split": cfg.split,
+            "seeds": [seeds[0], seeds[-1]], "wall_s": round(time.perf_counter() - start, 1)}
+    title = f"{Path(source).name}: {cfg.episodes} {cfg.split} episodes per setting (seeds {seeds[0]}-{seeds[-1]})"
     for path in (write_csv(records, cfg.output_dir / "results.csv"),
                  write_json(records, cfg.output_dir / "results.json", meta),
                  plot_tradeoff(records, cfg.output_dir / "results.png", title)):

@@ -7,7 +7,8 @@
     result = rollout(env, ScriptedExpert().policy(env))   # or any policy_fn(image, instruction) -> (7,)
 
 Frames, units, action clipping and success tolerances: :mod:`prismatic_tr.envs.spec`. Writing expert
-episodes as an RLDS dataset: :mod:`prismatic_tr.envs.demos` (imports tensorflow, after torch).
+episodes as an RLDS dataset: :mod:`prismatic_tr.envs.demos` (imports tensorflow, after torch). Which seeds each
+use may draw (demonstrations, pretraining scenes, validation, offline, test): :mod:`prismatic_tr.envs.splits`.
 """
 
 from prismatic_tr.envs.env import (
@@ -26,12 +27,15 @@ from prismatic_tr.envs.env import (
 from prismatic_tr.envs.expert import PolicyFn, ScriptedExpert
 from prismatic_tr.envs.rollout import EpisodeResult, ExecutionNoise, rollout
 from prismatic_tr.envs.scene import Scene, SceneObject, TaskConfig, sample_scene
+from prismatic_tr.envs.splits import SPLITS, SeedSplit, check_seeds, split_seeds
 
 __all__ = [
     "RUNNING",
+    "SPLITS",
     "SUCCESS",
     "TIMEOUT",
     "WRONG_OBJECT",
+    "check_seeds",
     "EnvState",
     "EpisodeResult",
     "ExecutionNoise",
@@ -39,6 +43,7 @@ __all__ = [
     "PolicyFn",
     "Scene",
     "SceneObject",
+    "SeedSplit",
     "ScriptedExpert",
     "StepInfo",
     "StepResult",
@@ -48,4 +53,5 @@ __all__ = [
     "make_episode",
     "rollout",
     "sample_scene",
+    "split_seeds",
 ]

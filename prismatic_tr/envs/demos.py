@@ -5,8 +5,10 @@
     # -> datasets/tabletop_pick/1.0.0 (RLDS), datasets/tabletop_pick/demos.json (+ preview.png)
     # train: python vla_scripts/finetune.py --data_root_dir datasets --dataset_name tabletop_pick ...
 
-Episode seeds: "train" uses ``seed, ..., seed + num_episodes - 1``, "val" the next ``num_val_episodes``;
-seeds from ``report.first_unseen_seed`` on were never written (evaluate there for unseen layouts). Every
+Episode seeds: "train" uses ``seed, ..., seed + num_episodes - 1``, "val" the next ``num_val_episodes``; all of
+them must lie in the "demonstrations" seed split (:mod:`prismatic_tr.envs.splits`: 0-499,999), so no
+demonstration shares a layout with a validation or test episode. Seeds from ``report.first_unseen_seed`` on
+were never written. Every
 episode is written, failed ones too (their labels are still the expert's actions; ``episode_metadata``
 says how each ended). ``motion_noise`` / ``gripper_noise`` perturb the executed actions only
 (:class:`prismatic_tr.envs.ExecutionNoise`).
@@ -30,6 +32,7 @@ from prismatic_tr.envs.expert import ScriptedExpert
 from prismatic_tr.envs.rollout import EpisodeResult, ExecutionNoise, rollout
 from prismatic_tr.envs.scene import TaskConfig
 from prismatic_tr.envs.spec import DEFAULT_MAX_STEPS, TASK_KINDS, TASK_VERSION
+from prismatic_tr.envs.splits import DEMONSTRATIONS, check_seeds
 
 VERSION = "1.0.0"
 SUMMARY_FILENAME, PREVIEW_FILENAME = "demos.json", "preview.png"
@@ -45,7 +48,7 @@ class DemoConfig:
     # fmt: off
     num_episodes: int = 200                 # "train" episodes (seeds seed ... seed + num_episodes - 1)
     num_val_episodes: int = 0               # "val" episodes (the next seeds); 0 = no val split
-    seed: int = 0                           # first episode seed
+    seed: int = 0                           # first episode seed (all seeds in the demonstrations split, 0-499,999)
     output_dir: Path = Path("datasets")     # data_root_dir: writes <output_dir>/<dataset_name>/1.0.0
     dataset_name: str = "tabletop_pick"     # tfds dataset name (lower-case letters, digits, _)
     max_steps: int = DEFAULT_MAX_STEPS      # step limit of an episode
@@ -65,6 +68,8 @@ class DemoConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+        check_seeds(DEMONSTRATIONS, self.seed, self.num_episodes + self.num_val_episodes,
+                    job=f"--seed {self.seed} with {self.num_episodes} + {self.num_val_episodes} episodes")
         if not _NAME_RE.match(self.dataset_name):
             raise ValueError(f"--dataset_name {self.dataset_name!r} is not allowed; use lower-case letters, "
                              "digits and _ , starting with a letter")

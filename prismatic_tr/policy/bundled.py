@@ -1,9 +1,12 @@
 """The trained tabletop policy that ships with the package (``prismatic_tr/assets/tabletop_policy``).
 
 It is an OpenVLA checkpoint directory (config.json, model.safetensors, tokenizer and preprocessor files,
-dataset_statistics.json) plus the records of how it was made: ``training_curve.csv``, ``evaluation.json``
-(command settings, closed-loop success on unseen episodes) and ``demos.json`` (the demonstrations).
-``vla_scripts/train_policy.py --install_dir prismatic_tr/assets/tabletop_policy`` remakes it.
+dataset_statistics.json) plus the records of how it was made: the training curves, ``evaluation.json`` (settings,
+stages, closed-loop success on the validation and the test seed split) and ``demos.json`` (the demonstrations).
+One command remakes it from nothing with its defaults (:mod:`prismatic_tr.policy.train`; the shipped weights'
+own runs are in ``benchmarks/results/policy_training/README.md``)::
+
+    python vla_scripts/train_policy.py --output_dir outputs/bundled_policy --install_dir prismatic_tr/assets/tabletop_policy
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ UNNORM_KEY = "tabletop_pick"  # the dataset key of its action statistics
 def bundled_policy_dir() -> Path:
     """The bundled policy's directory; ValueError saying how to make it when it is missing."""
     if not (BUNDLED_POLICY_DIR / "config.json").is_file():
-        raise ValueError(f"the bundled policy is missing from {BUNDLED_POLICY_DIR}; train it with "
-                         f"`python vla_scripts/train_policy.py --install_dir {BUNDLED_POLICY_DIR}`")
+        raise ValueError(f"the bundled policy is missing from {BUNDLED_POLICY_DIR}; remake it with "
+                         "`python vla_scripts/train_policy.py --output_dir outputs/bundled_policy --install_dir "
+                         f"{BUNDLED_POLICY_DIR}` (the whole recipe; its stages took ~90 min on 2 CPU cores, benchmarks/results/policy_training/README.md)")
     return BUNDLED_POLICY_DIR
 
 

@@ -8,14 +8,16 @@ rounding in padded batches (checked in ``tests/test_policy.py``), only faster.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.envs import TabletopEnv, TaskConfig, make_episode
+from prismatic_tr.envs import SUCCESS, TIMEOUT, WRONG_OBJECT, TabletopEnv, TaskConfig, make_episode
 from prismatic_tr.eval.intervals import wilson_interval
 from prismatic_tr.models.tokenizer import build_prompt
 
@@ -51,6 +53,25 @@ class SuccessSummary:
         low, high = wilson_interval(k, n)
         mean_steps = float(np.mean([o.steps for o in outcomes])) if outcomes else float("nan")
         return cls(n, k, k / n if n else float("nan"), low, high, mean_steps)
+
+
+OUTCOMES = (SUCCESS, TIMEOUT, WRONG_OBJECT)  # every way an episode ends
+
+
+def outcome_counts(outcomes: Sequence[EpisodeOutcome]) -> dict[str, int]:
+    """``{outcome: episodes}`` for each of :data:`OUTCOMES` (zeros included)."""
+    return {name: sum(o.outcome == name for o in outcomes) for name in OUTCOMES}
+
+
+def evaluation_record(outcomes: Sequence[EpisodeOutcome], split: str | None = None) -> dict[str, Any]:
+    """What an evaluation found, for records: the seed ``split`` (if any) and the first and last seed, the
+    :class:`SuccessSummary` (Wilson 95 % interval), outcome counts, and the seeds of the failed episodes by
+    outcome (every other seed succeeded), so a record can be checked episode by episode."""
+    seeds = [o.seed for o in outcomes]
+    failed = {name: [o.seed for o in outcomes if o.outcome == name] for name in OUTCOMES if name != SUCCESS}
+    return {"split": split, "seeds": [min(seeds), max(seeds)] if seeds else None,
+            **dataclasses.asdict(SuccessSummary.of(outcomes)), "outcomes": outcome_counts(outcomes),
+            "failed_seeds": failed}
 
 
 def _policy_step(vla: nn.Module, processor: object, envs: list[TabletopEnv], images: list[np.ndarray],

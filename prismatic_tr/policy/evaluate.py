@@ -21,7 +21,7 @@ from prismatic_tr.bench.measure.timing import interleaved
 from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.models.tokenizer import build_prompt
-from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, run_episodes
+from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, outcome_counts, run_episodes
 from prismatic_tr.vla import reductions_attached, visual_token_count
 
 
@@ -62,7 +62,8 @@ def evaluate_settings(
     on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per setting (baseline first): success with its Wilson interval, episodes, mean steps, the
-    tokens the projector and the LLM see, ``predict_action`` medians and the speedup over the baseline
+    episodes per outcome (``outcome_success``, ``outcome_timeout``, ``outcome_wrong_object``), the tokens the
+    projector and the LLM see, ``predict_action`` medians and the speedup over the baseline
     (None with ``timing_repeats=0``)."""
     if not settings or not settings[0].is_baseline:
         raise ValueError("settings must start with the unreduced baseline ('none')")
@@ -81,6 +82,7 @@ def evaluate_settings(
             "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
             "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
             **dataclasses.asdict(SuccessSummary.of(outcomes)),
+            **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()},
             "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
             "predict_action_ms_p90": stats["p90"],
         })

@@ -1,6 +1,9 @@
 """What each reduction setting costs the bundled trained policy: closed-loop success on unseen episodes and the
 action error on the scripted expert's steps. The policy-step benchmark reports it beside its speed columns
-(settings are fractions of tokens and of depth, so one setting means the same on both models)."""
+(settings are fractions of tokens and of depth, so one setting means the same on both models).
+
+Seeds (:mod:`prismatic_tr.envs.splits`): closed-loop episodes from the "validation" split by default (choosing
+settings is a decision; pass ``split="test"`` for a held-out report), expert steps from the "offline" split."""
 
 from __future__ import annotations
 
@@ -8,24 +11,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from prismatic_tr.bench.vla.specs import Setting
+from prismatic_tr.envs.splits import OFFLINE, VALIDATION, seed_split, split_seeds
 from prismatic_tr.policy.bundled import UNNORM_KEY, load_bundled_policy
 from prismatic_tr.policy.evaluate import evaluate_settings
 from prismatic_tr.policy.offline import evaluate_offline, expert_steps
 
-EVAL_SEED = 1_000_000  # unseen by the bundled policy's demonstrations (seeds below 1e6)
-OFFLINE_SEED = 2_000_000
+EVAL_SEED = seed_split(VALIDATION).first  # 1,000,000: first closed-loop episode of the default split
+OFFLINE_SEED = seed_split(OFFLINE).first  # 2,000,000: first episode of the expert's steps
 
 
 def policy_fidelity(settings: Sequence[Setting], episodes: int, offline_episodes: int = 8,
-                    batch_size: int = 25) -> dict[str, dict[str, Any]]:
+                    batch_size: int = 25, split: str = VALIDATION) -> dict[str, dict[str, Any]]:
     """``{setting label: fields}``: ``success_rate``, ``success_ci_low``, ``success_ci_high``, ``policy_episodes``,
-    ``policy_mean_steps`` (closed loop, ``episodes`` unseen seeds), and ``policy_action_l1_to_demo``,
-    ``policy_action_l1_to_unreduced``, ``policy_token_agreement`` (the expert's steps of ``offline_episodes``
-    further unseen episodes). ValueError when the bundled policy is missing."""
+    ``policy_mean_steps`` (closed loop, the first ``episodes`` seeds of ``split``), and ``policy_action_l1_to_demo``,
+    ``policy_action_l1_to_unreduced``, ``policy_token_agreement`` (the expert's steps of the first
+    ``offline_episodes`` seeds of the offline split). ValueError when the bundled policy is missing or the seeds
+    leave their splits."""
+    seeds = list(split_seeds(split, episodes))
+    offline_seeds = split_seeds(OFFLINE, offline_episodes)
     vla, processor = load_bundled_policy()
-    seeds = list(range(EVAL_SEED, EVAL_SEED + episodes))
     closed = evaluate_settings(vla, processor, settings, seeds, UNNORM_KEY, batch_size=batch_size, timing_repeats=0)
-    steps = expert_steps(range(OFFLINE_SEED, OFFLINE_SEED + offline_episodes))
+    steps = expert_steps(offline_seeds)
     offline = evaluate_offline(vla, processor, settings, steps, UNNORM_KEY, batch_size=16)
     out = {}
     for c, o in zip(closed, offline, strict=True):

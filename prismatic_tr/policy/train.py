@@ -1,102 +1,55 @@
-"""The recipe of the bundled policy: expert demonstrations -> a random ``policy``-preset OpenVLA -> full
-fine-tuning with the package's own trainer -> closed-loop evaluation on unseen episodes -> (optionally) the
-package's assets. Every step is the library's (``envs.demos``, ``models.build_vla``, ``training.finetune``,
-``policy.closed_loop``); this module only wires them and writes what it did.
+"""The recipe of the bundled policy, one command from nothing (``vla_scripts/train_policy.py``):
+
+expert demonstrations -> a random ``policy``-preset OpenVLA with tower pretraining -> fine-tuning stage 1 (action
+loss) -> stage 2 (from stage 1's checkpoint, with the grounding loss) -> closed-loop evaluation on the validation
+and the test seed split -> (optionally) the package's assets. With its defaults (:mod:`prismatic_tr.policy.
+recipe_config`) it runs the procedure that made ``prismatic_tr/assets/tabletop_policy`` (runs 5 and 6 of
+``benchmarks/results/policy_training/README.md``): each stage is trained with a cosine schedule over its
+``max_steps`` and stopped after its ``stop_at_step``, and stage 2 starts in the state a separate
+``--init_checkpoint`` command had (:func:`train_stage`). Every step is the library's (``envs.demos``,
+``models.build_vla``, ``policy.vision_pretrain``, ``training``, ``policy.closed_loop``); this module wires them
+and writes what it did.
 
 Output directory layout::
 
-    data/<dataset>/1.0.0            the demonstrations (RLDS)
-    init/                           the random-weight starting checkpoint
-    runs/<exp_id>/checkpoints/latest  the trained checkpoint (OpenVLA layout)
-    training_curve.csv              loss / action accuracy / action L1 / lr per optimizer step
-    evaluation.json                 closed-loop success on unseen seeds (Wilson 95 % interval)
+    data/tabletop_pick/1.0.0, demos.json         the demonstrations (RLDS) and their summary
+    init/                                        the random-weight model, towers pretrained (stage 1 starts here)
+    vision_pretrain_curve.csv                    tower pretraining, every 50 steps
+    runs/<exp_id>+stage1/checkpoints/step_N      stage 1's checkpoint at its last step (stage 2 starts here)
+    runs/<exp_id>+stage2/checkpoints/step_N      stage 2's: the policy
+    training_curve_stage1.csv, _stage2.csv       loss / action accuracy / action L1 / lr (/ aux_loss) per step
+    evaluation.json                              settings, demonstrations, stages, success per seed split
+
+Validation success is what stopping and tuning decisions may read; test success is reported only.
 """
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
 import csv
-import dataclasses
 import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from prismatic_tr.policy.bundled import UNNORM_KEY as DATASET
+from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
+from prismatic_tr.policy.recipe_config import DATASET, PolicyTrainConfig, StageConfig, StageSpec
 
-UNSEEN_SEED_OFFSET = 1_000_000  # evaluation seeds start here: far from every demonstration seed
+__all__ = ["DATASET", "PolicyTrainConfig", "StageConfig", "evaluate", "install", "run_recipe", "train_stage",
+           "write_curve"]
+
+logger = logging.getLogger("prismatic_tr.training")
+CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
+PRETRAIN_CURVE_KEYS = ["step", "loss", "color_acc_on_objects", "shape_acc_on_objects", "offset_error_cm",
+                       "step_time_s"]
+PRETRAIN_CURVE = "vision_pretrain_curve.csv"
 
 
-@dataclass
-class PolicyTrainConfig:
-    """Train the bundled tabletop policy from scratch on CPU (see prismatic_tr.policy.train)."""
-
-    # fmt: off
-    output_dir: Path = Path("outputs/policy")  # data/, init/, runs/, training_curve.csv, evaluation.json
-    num_episodes: int = 2000                   # expert demonstrations (seeds demo_seed ...)
-    demo_seed: int = 0                         # first demonstration seed
-    motion_noise: float = 0.2                  # executed-motion noise of the demonstrations (DART-style)
-    demo_min_objects: int = 1                  # objects per demonstration scene, uniform in [min, max]; fewer
-    demo_max_objects: int = 5                  #   than the task's 3-5 give easy scenes that teach finding objects
-    data_root: Path | None = None              # demonstrations written before (default: <output_dir>/data, written
-                                               #   there when missing)
-    init_checkpoint: Path | None = None        # fine-tune this checkpoint (an earlier run's) instead of a new
-                                               #   model: preset and tower pretraining are then not used
-    preset: str = "policy"                     # model size (prismatic_tr.models.PRESETS)
-    vision_pretrain_steps: int = 0             # supervised tower pretraining on rendered frames first (0 = none;
-                                               #   prismatic_tr.policy.vision_pretrain), batch batch_size
-    freeze_vision: bool = False                # fine-tune projector and Llama only (the towers keep their
-                                               #   pretrained weights; ~35 % less time per step)
-    grounding_loss_weight: float = 0.0         # training-only loss: the instruction's colour word predicts the
-                                               #   expert's (dx, dy) (prismatic_tr.policy.grounding); 0 = off
-    seed: int = 0                              # weights and data order
-    max_steps: int = 4000                      # optimizer steps
-    batch_size: int = 32                       # examples per step
-    learning_rate: float = 3e-4                # AdamW, cosine to 10 % after the warm-up
-    lr_warmup_steps: int = 200                 # linear warm-up
-    save_steps: int | None = None              # checkpoint interval (overwrites checkpoints/latest); None = at the end
-    bf16_autocast: bool = True                 # bf16 autocast on the CPU (AMX: ~3x faster matmuls)
-    eval_episodes: int = 200                   # closed-loop episodes on unseen seeds
-    eval_batch_size: int = 25                  # episodes run in lockstep
-    install_dir: Path | None = None            # copy the trained checkpoint and its records here
-    progress: bool = True                      # progress bars
-    # fmt: on
-
-    def __post_init__(self) -> None:
-        from prismatic_tr.models.config import PRESETS
-
-        self.output_dir = Path(self.output_dir)
-        if self.data_root is not None:
-            self.data_root = Path(self.data_root)
-            if not (self.data_root / DATASET / "demos.json").is_file():
-                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} demonstrations "
-                                 f"({DATASET}/demos.json); omit it to write them into <output_dir>/data")
-        if self.init_checkpoint is not None:
-            self.init_checkpoint = Path(self.init_checkpoint)
-            if not (self.init_checkpoint / "config.json").is_file():
-                raise ValueError(f"--init_checkpoint {str(self.init_checkpoint)!r} is not a checkpoint directory "
-                                 "(no config.json)")
-        for name in ("num_episodes", "max_steps", "batch_size", "eval_episodes", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 1")
-        if self.preset not in PRESETS:
-            raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
-        if isinstance(self.vision_pretrain_steps, bool) or self.vision_pretrain_steps < 0:
-            raise ValueError(f"--vision_pretrain_steps {self.vision_pretrain_steps!r} is not allowed; use an integer >= 0")
-        if self.save_steps is not None and (isinstance(self.save_steps, bool) or self.save_steps < 1):
-            raise ValueError(f"--save_steps {self.save_steps!r} is not allowed; use an integer >= 1 or omit it")
-        if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
-            raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
-                             "are not allowed; need 1 <= min <= max <= 5")
-        if not self.grounding_loss_weight >= 0.0:
-            raise ValueError(f"--grounding_loss_weight {self.grounding_loss_weight!r} is not allowed; use a number >= 0")
-        if not 0.0 <= self.motion_noise <= 1.0:
-            raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
+def curve_name(stage: str) -> str:
+    return f"training_curve_{stage}.csv"
 
 
 def ensure_demos(cfg: PolicyTrainConfig) -> Path:
@@ -130,46 +83,68 @@ def write_initial_checkpoint(cfg: PolicyTrainConfig) -> Path:
     init_sincos_pos_embed_(vla.vision_backbone.towers)
     processor = build_processor(vla.config, task_words=True)  # colour and shape words as whole tokens
     if cfg.vision_pretrain_steps:
-        from prismatic_tr.policy.vision_pretrain import VisionPretrainConfig, pretrain_vision
+        from prismatic_tr.policy.vision_pretrain import pretrain_vision
 
-        history = pretrain_vision(vla, processor, VisionPretrainConfig(
-            steps=cfg.vision_pretrain_steps, batch_size=cfg.batch_size, seed=cfg.seed,
-            min_objects=cfg.demo_min_objects, max_objects=cfg.demo_max_objects),
-            log=lambda row: logging.getLogger("prismatic_tr.training").info(
-                "vision pretraining " + "  ".join(f"{k} {v:.3g}" for k, v in row.items())))
-        write_curve(history, cfg.output_dir / "vision_pretrain_curve.csv",
-                    ["step", "loss", "color_acc_on_objects", "shape_acc_on_objects", "offset_error_cm", "step_time_s"])
+        history = pretrain_vision(vla, processor, cfg.vision_pretrain_config(), log=lambda row: logger.info(
+            "vision pretraining " + "  ".join(f"{k} {v:.3g}" for k, v in row.items())))
+        write_curve(history, cfg.output_dir / PRETRAIN_CURVE, PRETRAIN_CURVE_KEYS)
     vla.norm_stats, vla.config.norm_stats = {}, None
     vla.save_pretrained(out)
     processor.save_pretrained(out)
     return out
 
 
-def train(cfg: PolicyTrainConfig, data_root: Path, init: Path) -> Any:
-    """Full fine-tuning (no LoRA) of the initial checkpoint on the demonstrations (with the grounding loss when
-    ``cfg.grounding_loss_weight`` > 0)."""
+def train_stage(cfg: PolicyTrainConfig, name: str, stage: StageSpec, data_root: Path, init: Path) -> Any:
+    """Full fine-tuning (no LoRA) of the checkpoint ``init`` for one stage; returns the ``TrainResult``.
+
+    The stage starts in the state a separate ``train_policy.py --init_checkpoint <init>`` command had: torch
+    seeded with ``stage.seed``, the weights loaded from disk, a new AdamW (no optimizer state carried over), the
+    grounding head (``stage.grounding_loss_weight`` > 0) drawn after the model is loaded, and the data order drawn
+    from ``stage.seed``. It runs until ``stage.stop_at_step`` (else ``max_steps``) with the learning rate of the
+    cosine schedule over ``max_steps``, and saves ``checkpoints/step_<last step>``.
+    """
     from prismatic_tr.training import FinetuneConfig, finetune
     from prismatic_tr.training.distributed import init_distributed
     from prismatic_tr.training.loop import prepare, run
 
+    torch.manual_seed(stage.seed)
     ft = FinetuneConfig(
         vla_path=str(init), data_root_dir=data_root, dataset_name=DATASET, run_root_dir=cfg.output_dir / "runs",
-        batch_size=cfg.batch_size, max_steps=cfg.max_steps, save_steps=cfg.save_steps or cfg.max_steps, learning_rate=cfg.learning_rate,
-        lr_schedule="cosine", lr_warmup_steps=cfg.lr_warmup_steps, bf16_autocast=cfg.bf16_autocast,
-        use_lora=False, freeze_vision_backbone=cfg.freeze_vision, shuffle_buffer_size=50_000, seed=cfg.seed, log_every=50, progress_bar=cfg.progress,
+        batch_size=cfg.batch_size, max_steps=stage.max_steps, stop_at_step=stage.stop_at_step,
+        save_steps=stage.save_steps or stage.stop_at_step or stage.max_steps, save_latest_checkpoint_only=False,
+        learning_rate=stage.learning_rate, lr_schedule="cosine", lr_warmup_steps=stage.lr_warmup_steps,
+        bf16_autocast=cfg.bf16_autocast, use_lora=False, freeze_vision_backbone=cfg.freeze_vision,
+        shuffle_buffer_size=50_000, seed=stage.seed, log_every=50, progress_bar=cfg.progress, run_id_note=name,
     )
-    if not cfg.grounding_loss_weight:
+    if not stage.grounding_loss_weight:
         return finetune(ft)
     from prismatic_tr.policy.grounding import GroundingLoss, color_word_ids
 
     session = prepare(ft, init_distributed())
     aux = GroundingLoss(session.vla.config.text_config.hidden_size, color_word_ids(session.processor.tokenizer),
-                        session.action_tokenizer, weight=cfg.grounding_loss_weight)
+                        session.action_tokenizer, weight=stage.grounding_loss_weight)
     session.optimizer.add_param_group({"params": list(aux.parameters())})
     return run(session, aux_loss=aux)
 
 
-CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
+def run_stages(cfg: PolicyTrainConfig, data_root: Path, init: Path) -> list[dict[str, Any]]:
+    """Every stage in turn, each from the previous one's checkpoint; one record per stage (its curve written)."""
+    records = []
+    for name, stage in cfg.stages():
+        start = time.perf_counter()
+        result = train_stage(cfg, name, stage, data_root, init)
+        minutes = (time.perf_counter() - start) / 60
+        write_curve(result.history, cfg.output_dir / curve_name(name),
+                    CURVE_KEYS + (["aux_loss"] if stage.grounding_loss_weight else []))
+        last = result.history[-1]
+        records.append({
+            "stage": name, "init": str(init), "checkpoint": str(result.last_checkpoint),
+            "max_steps": stage.max_steps, "stop_at_step": stage.stop_at_step, "last_step": int(last["step"]),
+            "steps_run": len(result.history), "learning_rate": stage.learning_rate,
+            "lr_warmup_steps": stage.lr_warmup_steps, "lr_at_last_step": last["lr"], "seed": stage.seed,
+            "grounding_loss_weight": stage.grounding_loss_weight, "curve": curve_name(name), "minutes": minutes})
+        init = result.last_checkpoint
+    return records
 
 
 def write_curve(history: list[dict[str, float]], path: Path, keys: list[str] = CURVE_KEYS) -> None:
@@ -179,28 +154,30 @@ def write_curve(history: list[dict[str, float]], path: Path, keys: list[str] = C
         writer.writerows(history)
 
 
-def evaluate(cfg: PolicyTrainConfig, checkpoint: Path) -> dict[str, Any]:
-    """Closed-loop success of the checkpoint on ``eval_episodes`` unseen seeds."""
+def evaluate(checkpoint: Path, split: str, episodes: int, batch_size: int = 25,
+             progress: bool = False) -> dict[str, Any]:
+    """Closed-loop success of the checkpoint on the first ``episodes`` seeds of the seed ``split``
+    (:func:`prismatic_tr.policy.closed_loop.evaluation_record`, plus ``wall_s``)."""
     from tqdm.auto import tqdm
 
     from prismatic_tr.models import load_vla
-    from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes
+    from prismatic_tr.policy.closed_loop import evaluation_record, run_episodes
 
+    seeds = list(split_seeds(split, episodes))
     vla, processor = load_vla(checkpoint)
-    seeds = list(range(UNSEEN_SEED_OFFSET, UNSEEN_SEED_OFFSET + cfg.eval_episodes))
-    bar = tqdm(total=len(seeds), desc="closed-loop eval", disable=not cfg.progress)
+    bar = tqdm(total=len(seeds), desc=f"closed loop ({split})", disable=not progress)
     start = time.perf_counter()
-    outcomes = run_episodes(vla, processor, seeds, DATASET, batch_size=cfg.eval_batch_size,
-                            on_episode=lambda _: bar.update())
+    outcomes = run_episodes(vla, processor, seeds, DATASET, batch_size=batch_size, on_episode=lambda _: bar.update())
     bar.close()
-    summary = SuccessSummary.of(outcomes)
-    return {**dataclasses.asdict(summary), "seeds": [seeds[0], seeds[-1]], "wall_s": time.perf_counter() - start,
-            "outcomes": {o: sum(e.outcome == o for e in outcomes) for o in sorted({e.outcome for e in outcomes})}}
+    return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
 
 
 def install(checkpoint: Path, records: list[Path], target: Path) -> Path:
-    """Copy the checkpoint's model, processor and statistics files, and the records, into ``target``."""
+    """Copy the checkpoint's model, processor and statistics files, and the records, into ``target`` (curves of
+    an earlier install there are removed first, so every record in ``target`` is this run's)."""
     target.mkdir(parents=True, exist_ok=True)
+    for old in [*target.glob("training_curve*.csv"), *target.glob(PRETRAIN_CURVE)]:
+        old.unlink()
     for f in sorted(checkpoint.iterdir()):
         if f.is_file() and f.name != "trainer_state.pt":
             shutil.copy2(f, target / f.name)
@@ -210,26 +187,44 @@ def install(checkpoint: Path, records: list[Path], target: Path) -> Path:
 
 
 def run_recipe(cfg: PolicyTrainConfig) -> dict[str, Any]:
-    """The whole recipe; returns (and writes to ``evaluation.json``) what it measured."""
-    torch.manual_seed(cfg.seed)
+    """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg)
     t_demos = time.perf_counter()
+    torch.manual_seed(cfg.seed)
     init = cfg.init_checkpoint if cfg.init_checkpoint is not None else write_initial_checkpoint(cfg)
-    result = train(cfg, data_root, init)
-    t_train = time.perf_counter()
-    write_curve(result.history, cfg.output_dir / "training_curve.csv",
-                CURVE_KEYS + (["aux_loss"] if cfg.grounding_loss_weight else []))
-    evaluation = evaluate(cfg, result.last_checkpoint)
-    record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()},
-              "checkpoint": str(result.last_checkpoint), "evaluation": evaluation,
-              "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
-                          "evaluation": evaluation["wall_s"] / 60},
-              "torch_threads": torch.get_num_threads()}
-    (cfg.output_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
+    t_init = time.perf_counter()
+    stages = run_stages(cfg, data_root, init)
+    checkpoint = Path(stages[-1]["checkpoint"])
+    evaluation = {split: evaluate(checkpoint, split, n, cfg.eval_batch_size, cfg.progress)
+                  for split, n in ((VALIDATION, cfg.eval_episodes), (TEST, cfg.test_episodes))}
+    demos = data_root / DATASET / "demos.json"
+    pretrained = cfg.init_checkpoint is None and cfg.vision_pretrain_steps > 0
+    record = {
+        "recipe": "prismatic_tr.policy.train.run_recipe (vla_scripts/train_policy.py)",
+        "config": cfg.to_record(), "seed_splits": split_ranges(),
+        "demonstrations": {"data_root": str(data_root), **json.loads(demos.read_text())},
+        "vision_pretraining": _pretraining_record(cfg) if pretrained else None,
+        "init": str(init), "stages": stages, "checkpoint": str(checkpoint), "evaluation": evaluation,
+        "minutes": {"demonstrations": (t_demos - t0) / 60, "init_and_vision_pretraining": (t_init - t_demos) / 60,
+                    **{s["stage"]: s["minutes"] for s in stages},
+                    **{f"evaluation_{k}": v["wall_s"] / 60 for k, v in evaluation.items()}},
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+    }
+    text = json.dumps(record, indent=2) + "\n"
+    (cfg.output_dir / "evaluation.json").write_text(text)
     if cfg.install_dir is not None:
-        demos = data_root / DATASET / "demos.json"
-        install(result.last_checkpoint, [cfg.output_dir / "training_curve.csv", cfg.output_dir / "evaluation.json",
-                                         demos], Path(cfg.install_dir))
-    return record
+        curves = [cfg.output_dir / s["curve"] for s in stages] + ([cfg.output_dir / PRETRAIN_CURVE] if pretrained else [])
+        install(checkpoint, [*curves, cfg.output_dir / "evaluation.json", demos], cfg.install_dir)
+    return json.loads(text)  # what the file holds
+
+
+def _pretraining_record(cfg: PolicyTrainConfig) -> dict[str, Any]:
+    from prismatic_tr.policy.vision_pretrain import scene_seeds
+
+    pre = cfg.vision_pretrain_config()
+    scenes = scene_seeds(pre.seed, pre.steps, pre.batch_size)
+    return {"steps": pre.steps, "batch_size": pre.batch_size, "learning_rate": pre.learning_rate,
+            "warmup_steps": pre.warmup_steps, "seed": pre.seed, "scene_seeds": [scenes.start, scenes.stop - 1],
+            "curve": PRETRAIN_CURVE}

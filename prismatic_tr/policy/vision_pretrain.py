@@ -9,11 +9,17 @@ patch's object colour and shape, that object's position relative to the effector
 (``prismatic_tr.envs.patch_labels``: local labels only). The head is then dropped; the VLA fine-tuning that
 follows trains on the action tokens alone, as OpenVLA's fine-tuning does.
 
+Scenes are seeds ``500,000 + seed * 100,000`` on, one per ``VIEWS_PER_SCENE`` frames (:func:`scene_seeds`); they
+must stay in the "vision_pretraining" seed split (500,000-999,999, :mod:`prismatic_tr.envs.splits`): ``seed`` 0-4
+fit runs of up to 100,000 scenes; ``seed=5`` would draw the validation episodes' scenes (from 1,000,000) and is a
+``ValueError``.
+
     history = pretrain_vision(vla, processor, VisionPretrainConfig(steps=600))
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,8 +39,10 @@ from prismatic_tr.envs.patch_labels import (
 from prismatic_tr.envs.render import Renderer
 from prismatic_tr.envs.scene import TaskConfig, sample_scene
 from prismatic_tr.envs.spec import WORKSPACE_XY, WORKSPACE_Z
+from prismatic_tr.envs.splits import VISION_PRETRAINING, check_seeds, seed_split
 
-FRAME_SEED_OFFSET = 500_000  # scenes of the pretraining frames: far from demonstration and evaluation seeds
+FRAME_SEED_OFFSET = seed_split(VISION_PRETRAINING).first  # 500,000: scenes of seed 0's pretraining frames
+SCENES_PER_SEED = 100_000    # seed s starts at FRAME_SEED_OFFSET + s * SCENES_PER_SEED
 VIEWS_PER_SCENE = 8          # frames rendered per sampled scene (the table texture is drawn once per scene)
 
 
@@ -59,6 +67,15 @@ class VisionPretrainConfig:
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} is not allowed; use a number > 0")
         TaskConfig(self.min_objects, self.max_objects)  # validates the object counts
+        scene_seeds(self.seed, self.steps, self.batch_size,
+                    job=f"seed={self.seed!r} with {self.steps} steps x batch {self.batch_size}")
+
+
+def scene_seeds(seed: int, steps: int, batch_size: int, job: str | None = None) -> range:
+    """The scene seeds a pretraining run draws (``ceil(batch_size / VIEWS_PER_SCENE)`` a step), checked against
+    the "vision_pretraining" seed split (ValueError naming ``job`` and the split they would enter)."""
+    count = steps * math.ceil(batch_size / VIEWS_PER_SCENE)
+    return check_seeds(VISION_PRETRAINING, FRAME_SEED_OFFSET + seed * SCENES_PER_SEED, count, job)
 
 
 class PatchHeads(nn.Module):
@@ -82,7 +99,7 @@ class FrameSampler:
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
         self.task = TaskConfig(cfg.min_objects, cfg.max_objects)
-        self.next_scene = FRAME_SEED_OFFSET + cfg.seed * 100_000
+        self.next_scene = scene_seeds(cfg.seed, cfg.steps, cfg.batch_size).start
 
     def batch(self, size: int) -> tuple[list[np.ndarray], list[PatchLabels]]:
         images, labels = [], []

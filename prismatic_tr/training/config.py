@@ -72,7 +72,9 @@ class FinetuneConfig:
 
     # Fine-tuning parameters
     batch_size: int = 16                                    # per-process batch size
-    max_steps: int = 200_000                                # optimizer steps
+    max_steps: int = 200_000                                # optimizer steps (the length of the lr schedule)
+    stop_at_step: int | None = None                         # stop after this step, the schedule kept over max_steps
+                                                            #   (None: run all max_steps)
     save_steps: int = 5000                                  # checkpoint interval (optimizer steps)
     learning_rate: float = 5e-4                             # AdamW learning rate
     weight_decay: float = 0.0                               # AdamW weight decay
@@ -114,6 +116,10 @@ class FinetuneConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
+        if self.stop_at_step is not None and (isinstance(self.stop_at_step, bool) or not isinstance(
+                self.stop_at_step, int) or not 1 <= self.stop_at_step <= self.max_steps):
+            raise ValueError(f"stop_at_step={self.stop_at_step!r} is not allowed; use an integer in [1, max_steps="
+                             f"{self.max_steps}] (training stops after it, the schedule still spans max_steps) or None")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
         if self.lr_schedule not in LR_SCHEDULES:
@@ -133,6 +139,11 @@ class FinetuneConfig:
             raise ValueError(f"max_length={self.max_length} must be >= 2 or None")
         if isinstance(self.token_reduction, dict):
             self.token_reduction = TokenReductionConfig(**self.token_reduction)
+
+    @property
+    def last_step(self) -> int:
+        """The last optimizer step run: ``stop_at_step`` if given, else ``max_steps``."""
+        return self.max_steps if self.stop_at_step is None else self.stop_at_step
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``learning_rate`` at optimizer step ``step`` (0-based): warm-up, then the schedule."""

@@ -217,7 +217,9 @@ def _dump_config(cfg: FinetuneConfig, run_dir: Path) -> None:
 
 
 def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
-    """Train from ``session.start_step`` to ``cfg.max_steps``, logging and checkpointing on rank 0.
+    """Train from ``session.start_step`` to ``cfg.last_step`` (``stop_at_step``, else ``max_steps``; the learning
+    rate follows the schedule over ``max_steps`` either way), logging and checkpointing on rank 0; the last step is
+    always logged and saved.
 
     ``aux_loss`` (see :func:`forward_with_metrics`) adds a training-only term; its parameters, if any, must be in
     ``session.optimizer`` already (``add_param_group``). Checkpoints hold the model only.
@@ -229,9 +231,10 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
     loader = build_loader(cfg, session.plan, session.vla, session.processor, info, cfg.seed + session.start_step)
     batches, wandb_run = iter(loader), _init_wandb(cfg, info)
     pending: list[dict[str, torch.Tensor]] = []
-    bar = tqdm(total=cfg.max_steps, initial=session.start_step, disable=not (info.is_main and cfg.progress_bar))
+    last = cfg.last_step
+    bar = tqdm(total=last, initial=session.start_step, disable=not (info.is_main and cfg.progress_bar))
     tick = time.perf_counter()
-    for step in range(session.start_step + 1, cfg.max_steps + 1):
+    for step in range(session.start_step + 1, last + 1):
         lr = cfg.learning_rate * cfg.lr_factor(step - 1)
         for group in session.optimizer.param_groups:
             group["lr"] = lr
@@ -241,10 +244,10 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
         if info.is_main:
             pending.append(metrics)
         bar.update(1)
-        if info.is_main and (step % cfg.log_every == 0 or step == cfg.max_steps):
+        if info.is_main and (step % cfg.log_every == 0 or step == last):
             _log(pending, step, time.perf_counter() - tick, result, wandb_run)
             pending, tick = [], time.perf_counter()
-        if step % cfg.save_steps == 0 or step == cfg.max_steps:
+        if step % cfg.save_steps == 0 or step == last:
             saved_at = time.perf_counter()
             if info.is_main:
                 result.last_checkpoint = ckpt.save_checkpoint(

@@ -7,7 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from prismatic_tr.policy.train import DATASET, PolicyTrainConfig, evaluate, write_curve
+from prismatic_tr.envs.splits import VALIDATION
+from prismatic_tr.policy.train import DATASET, evaluate, write_curve
 from prismatic_tr.training import FinetuneConfig, finetune
 
 parser = argparse.ArgumentParser(description=__doc__.split(".")[0])
@@ -28,8 +29,8 @@ ft = FinetuneConfig(vla_path=str(args.checkpoint), data_root_dir=args.data_root,
 t = time.perf_counter()
 res = finetune(ft)
 write_curve(res.history, args.output_dir / "training_curve_continued.csv")
-ev = evaluate(PolicyTrainConfig(output_dir=args.output_dir, eval_episodes=200, progress=False), res.last_checkpoint)
+ev = evaluate(res.last_checkpoint, VALIDATION, 200)
 out = {"train_minutes": (time.perf_counter() - t) / 60, "checkpoint": str(res.last_checkpoint), "evaluation": ev,
        "args": {k: str(v) for k, v in vars(args).items()}}
 (args.output_dir / "evaluation_continued.json").write_text(json.dumps(out, indent=2))
-print(json.dumps({k: v for k, v in ev.items() if k != "seeds"}))
+print(json.dumps({k: v for k, v in ev.items() if k not in ("seeds", "failed_seeds")}))

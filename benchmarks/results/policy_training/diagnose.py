@@ -6,8 +6,9 @@ Prints, as JSON:
 - teacher-forced accuracy of each action token (dx, dy, dz, droll, dpitch, dyaw, gripper, stop) on
   ``--examples`` demonstration steps, with their own images, with the images shuffled across the batch, and
   with blank (zero) pixel values: how much of each token the policy reads from the image;
-- closed-loop success on ``--episodes`` unseen one-object scenes (nothing to ground: finding the object and
-  stopping on it is all) and on the task's 3-5 object scenes, with the outcome counts.
+- closed-loop success on the first ``--episodes`` seeds of the validation split, as one-object scenes (nothing
+  to ground: finding the object and stopping on it is all) and as the task's 3-5 object scenes, with the
+  outcome counts.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import torch
 from prismatic_tr.data import ActionPromptTransform, PaddedCollator
 from prismatic_tr.data.rlds import RLDSSource
 from prismatic_tr.envs import TaskConfig
+from prismatic_tr.envs.splits import VALIDATION, split_seeds
 from prismatic_tr.models import load_vla
 from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes
-from prismatic_tr.policy.train import DATASET, UNSEEN_SEED_OFFSET
+from prismatic_tr.policy.train import DATASET
 from prismatic_tr.training.loop import vla_info
 from prismatic_tr.training.model import prompt_suffix_ids
 
@@ -66,7 +68,7 @@ def main() -> None:
     report: dict[str, object] = {"token_accuracy": {
         "own_images": token_accuracy(vla, batch), "shuffled_images": token_accuracy(vla, shuffled),
         "blank_images": token_accuracy(vla, blank)}}
-    seeds = list(range(UNSEEN_SEED_OFFSET, UNSEEN_SEED_OFFSET + args.episodes))
+    seeds = list(split_seeds(VALIDATION, args.episodes))  # diagnoses guide decisions: never the test split
     for name, config in (("one_object", TaskConfig(1, 1)), ("task_3_to_5_objects", None)):
         outcomes = run_episodes(vla, processor, seeds, DATASET, config=config, batch_size=25)
         summary = SuccessSummary.of(outcomes)
