@@ -12,8 +12,9 @@ Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one step 
   of the machine cancels. Phases are timed with :class:`prismatic_tr.bench.measure.timing.Timer` (CUDA
   events on a GPU, ``perf_counter`` on a CPU); ``*_ms`` is the median over runs, ``*_ms_p10`` / ``*_ms_p90`` the
   spread; ``total_ms`` is the median of the per-run totals.
-* The vision phase runs ``vision_backbone.forward`` (unreduced features) and the reducer phase runs the
-  attached reducer on them, so the two are timed apart; the reduction is attached with
+* The vision phase runs ``vision_backbone.forward`` (unreduced features; reduced inside the towers for the vision
+  site) and the reducer phase the live site's ``finish_forward`` on them (the projector site reduces there; both
+  hand the kept tokens' positions on), so the two are timed apart; the reduction is attached with
   :func:`prismatic_tr.vla.apply_token_reduction_to_vla` for the whole of each setting's fidelity check.
 * ``ideal_speedup`` (Amdahl): the baseline's measured phase medians rescaled by token counts - the
   projector by K / N, the prefill by (T + K) / (T + N) (T = text and BOS tokens, linear in sequence
@@ -51,6 +52,7 @@ from prismatic_tr.bench.vla.measure import (
     model_state,
     phase_macs,
     pick_unnorm_key,
+    reseed,
     restore_model_state,
     step_peak_memory_mb,
 )
@@ -67,7 +69,7 @@ from prismatic_tr.vla import reductions_attached, remove_token_reduction, unwrap
 
 
 def _timed_rounds(
-    vla: nn.Module, step: PolicyStep, settings: list[Setting], reducers: list[nn.Module | None], num_runs: int,
+    vla: nn.Module, step: PolicyStep, settings: list[Setting], num_runs: int,
     warmup: int, device: torch.device, progress: bool, seed: int, unnorm_key: str,
 ) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
     """Warm-up, then ``num_runs`` interleaved rounds (A B C, C B A, ...). In every round each setting is attached
@@ -86,11 +88,11 @@ def _timed_rounds(
         for i in order if r % 2 == 0 else order[::-1]:
             with reductions_attached(vla, settings[i].reductions(seed)):
                 if r < 0:
-                    step.run(reducers[i])
+                    step.run()
                     predict()
                 else:
                     timers[i].start()
-                    step.run(reducers[i], timed_call(timers[i]))
+                    step.run(timed_call(timers[i]))
                     timers[i].stop()
                     e2e[i].start()
                     with e2e[i].phase("predict_action"):
@@ -140,12 +142,10 @@ def add_speedup_fields(records: list[dict], text_tokens: int) -> None:
         rec["efficiency"] = rec["speedup"] / rec["ideal_speedup"]
 
 
-def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, reducer: nn.Module | None,
-                    base: ModelAnswer, unnorm_key: str) -> dict:
+def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, base: ModelAnswer, unnorm_key: str) -> dict:
     """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs, memory, fidelity."""
-    if reducer is not None:
-        reducer.reseed()
-    out, macs = phase_macs(step, reducer)
+    reseed(vla)
+    out, macs = phase_macs(step)
     n_in, k = step.num_patches, out.shapes["reduced_features_shape"][1]
     first = s.parts[0] if s.parts else s
     pool = first.method == POOL_METHOD
@@ -158,8 +158,8 @@ def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, reducer: nn.Mo
         "batch_size": out.shapes["pixel_values_shape"][0], "vision_reduced": any(p.site == "vision" for p in s.parts),
         **out.shapes, **macs,
     }
-    rec.update(step_peak_memory_mb(step, reducer))
-    answer = base if s.is_baseline else model_answer(vla, step, unnorm_key, reducer)
+    rec.update(step_peak_memory_mb(step))
+    answer = base if s.is_baseline else model_answer(vla, step, unnorm_key)
     rec.update(fidelity(base, answer, out.tokens))
     return rec
 
@@ -223,15 +223,11 @@ def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch
          warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int) -> list[dict]:
     step = PolicyStep(vla, inputs, num_action_tokens)
     base = model_answer(vla, step, unnorm_key)
-    reducers: list[nn.Module | None] = []
     records: list[dict] = []
     for s in settings:
-        with reductions_attached(vla, s.reductions(seed)) as handles:
-            projector = next((h for h in handles if h.settings.site == "projector"), None)
-            reducer = projector.reducer_for(step.num_patches) if projector is not None else None
-            records.append(_setting_record(vla, step, s, reducer, base, unnorm_key))
-        reducers.append(reducer)
-    samples, e2e = _timed_rounds(vla, step, settings, reducers, num_runs, warmup, dev, progress, seed, unnorm_key)
+        with reductions_attached(vla, s.reductions(seed)):
+            records.append(_setting_record(vla, step, s, base, unnorm_key))
+    samples, e2e = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key)
     for rec, smp, pa in zip(records, samples, e2e, strict=True):
         rec.update(_timing_fields(smp))
         stats = summarize(pa)

@@ -65,16 +65,23 @@ def pick_unnorm_key(vla: nn.Module, unnorm_key: str | None) -> str:
     return unnorm_key
 
 
-def phase_macs(step: PolicyStep, reducer: nn.Module | None) -> tuple[StepOutput, dict[str, float]]:
+def reseed(vla: nn.Module) -> None:
+    """Restart the draws of a live ``random`` projector reduction, so that two calls see the same tokens."""
+    handle = get_token_reduction(vla)
+    if handle is not None and callable(getattr(handle, "reseed", None)):
+        handle.reseed()
+
+
+def phase_macs(step: PolicyStep) -> tuple[StepOutput, dict[str, float]]:
     """Run one step counting MACs per phase; returns the step's output and ``{phase}_gmacs`` + total."""
     macs: dict[str, int] = {}
-    out = step.run(reducer, counted_call(macs))
+    out = step.run(counted_call(macs))
     fields = {f"{p}_gmacs": macs[p] / 1e9 for p in PHASES}
     fields["total_gmacs"] = sum(macs.values()) / 1e9
     return out, fields
 
 
-def step_peak_memory_mb(step: PolicyStep, reducer: nn.Module | None) -> dict[str, float | None]:
+def step_peak_memory_mb(step: PolicyStep) -> dict[str, float | None]:
     """CUDA: ``peak_memory_mb`` = max allocated during one step (weights included), ``step_memory_mb`` =
     that peak minus what was allocated before the step. CPU: both None (no per-step allocator peak)."""
     dev = step.inputs.pixel_values.device
@@ -83,7 +90,7 @@ def step_peak_memory_mb(step: PolicyStep, reducer: nn.Module | None) -> dict[str
     torch.cuda.synchronize(dev)
     before = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
-    step.run(reducer)
+    step.run()
     torch.cuda.synchronize(dev)
     peak = torch.cuda.max_memory_allocated(dev)
     return {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20}
@@ -99,17 +106,15 @@ class ModelAnswer:
     actions: np.ndarray
 
 
-def model_answer(vla: nn.Module, step: PolicyStep, unnorm_key: str, reducer: nn.Module | None = None) -> ModelAnswer:
+def model_answer(vla: nn.Module, step: PolicyStep, unnorm_key: str) -> ModelAnswer:
     """Greedy action tokens with their logits on the step's prompt (the one ``predict_action`` builds) and the
     user's model's own ``predict_action``, as ``vla`` is (reduction attached or not). A ``random`` reducer is
     reseeded before each call so both see the same draw."""
     inputs, b = step.inputs, step.inputs.input_ids.shape[0]
-    if reducer is not None:
-        reducer.reseed()
+    reseed(vla)
     gen = step.model.generate_from_prompt(step.prompt, inputs.pixel_values, max_new_tokens=step.num_action_tokens,
                                           return_logits=True)
-    if reducer is not None:
-        reducer.reseed()
+    reseed(vla)
     actions = step.predict_action(unnorm_key)
     return ModelAnswer(gen.logits.float().cpu(), gen.sequences.cpu(), np.asarray(actions, dtype=np.float64).reshape(b, -1))
 

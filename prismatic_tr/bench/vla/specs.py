@@ -8,6 +8,7 @@ fraction), optionally combined with further sites (``also``). On the command lin
     vision:attention:0.25@0.3               inside the vision towers after 30 % of their depth, keep 25 %
     llm:attention:0.5@0.25                  inside the LLM before layer round(0.25 * layers), keep 50 %
     vision:attention:0.5@0.3+llm:attention:0.5@0.25      both sites together
+    random:0.5:compact                      kept tokens renumbered 1 .. K (v0.2), for comparison
 
 Light on imports (the reducers and the settings dataclass only), so a command line can validate flags before
 building a model.
@@ -31,8 +32,8 @@ PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode"
 @dataclass(frozen=True)
 class Setting:
     """One benchmarked configuration; ``method == "none"`` is the unreduced baseline. ``site`` and
-    ``depth_fraction`` as in :class:`prismatic_tr.vla.TokenReductionSettings`; ``also``: further sites applied
-    together with this one."""
+    ``depth_fraction`` and ``positions`` as in :class:`prismatic_tr.vla.TokenReductionSettings`; ``also``: further
+    sites applied together with this one."""
 
     method: str
     reduction_ratio: float
@@ -40,6 +41,7 @@ class Setting:
     site: str = "projector"
     depth_fraction: float | None = None
     also: tuple[Setting, ...] = ()
+    positions: str = "original"
 
     @property
     def is_baseline(self) -> bool:
@@ -61,26 +63,36 @@ class Setting:
         ``vision:attention@0.3``, ``vision:attention@0.3+llm:attention@0.25``); "none" for the baseline."""
         if self.is_baseline:
             return BASELINE
-        return "+".join(p.method if p.site == "projector" else f"{p.site}:{p.method}@{p.depth_fraction:g}"
-                        for p in self.parts)
+        return "+".join((p.method if p.site == "projector" else f"{p.site}:{p.method}@{p.depth_fraction:g}")
+                        + _positions_suffix(p) for p in self.parts)
 
     def reductions(self, seed: int = 0) -> list[Any]:
         """The :class:`prismatic_tr.vla.TokenReductionSettings` to attach, one per site (validated)."""
         from prismatic_tr.vla.settings import TokenReductionSettings
 
         return [TokenReductionSettings(p.method, p.reduction_ratio, max(1, p.spatial_merge_size), seed=seed,
-                                       site=p.site, depth_fraction=p.depth_fraction) for p in self.parts]
+                                       site=p.site, depth_fraction=p.depth_fraction, positions=p.positions)
+                for p in self.parts]
+
+
+def _positions_suffix(p: Setting) -> str:
+    return ":compact" if p.positions == "compact" else ""
 
 
 def _part_label(p: Setting) -> str:
     if p.site == "projector":
-        return f"{p.method}:{p.spatial_merge_size}x{p.spatial_merge_size}" if p.method == POOL_METHOD \
+        name = f"{p.method}:{p.spatial_merge_size}x{p.spatial_merge_size}" if p.method == POOL_METHOD \
             else f"{p.method}:{p.reduction_ratio:g}"
-    return f"{p.site}:{p.method}:{p.reduction_ratio:g}@{p.depth_fraction:g}"
+    else:
+        name = f"{p.site}:{p.method}:{p.reduction_ratio:g}@{p.depth_fraction:g}"
+    return name + _positions_suffix(p)
 
 
 def _parse_part(spec: str) -> Setting:
     fields = spec.strip().split(":")
+    positions = "original"
+    if len(fields) > 2 and fields[-1] in ("compact", "original"):
+        positions = fields.pop()
     site = fields[0] if fields[0] in ("projector", "vision", "llm") else "projector"
     rest = fields[1:] if fields[0] == site else fields
     if len(rest) != 2:
@@ -96,8 +108,8 @@ def _parse_part(spec: str) -> Setting:
         if len(size) != 2 or size[0] != size[1] or not size[0].isdigit():
             raise ValueError(f"setting {spec!r}: spatial_pool takes a window like 2x2")
         merge = int(size[0])
-        return Setting(method, 1.0 / (merge * merge), merge, site, depth)
-    return Setting(method, _number(amount, spec), 1, site, depth)
+        return Setting(method, 1.0 / (merge * merge), merge, site, depth, positions=positions)
+    return Setting(method, _number(amount, spec), 1, site, depth, positions=positions)
 
 
 def _number(text: str, spec: str) -> float:

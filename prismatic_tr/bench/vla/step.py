@@ -149,12 +149,19 @@ class PolicyStep:
         tokens, _ = decode_loop(self.model.language_model, state.logits, state.state, self.num_action_tokens)
         return tokens
 
-    def run(self, reducer: nn.Module | None, call: PhaseCall | None = None) -> StepOutput:
+    def finish(self, features: torch.Tensor) -> torch.Tensor:
+        """What the projector receives from unreduced ``features``: the live projector / vision site's
+        ``finish_forward`` (reduces, or collects what the towers kept, and hands the positions on), else the
+        features themselves."""
+        handle = get_token_reduction(self.user_model)
+        return handle.finish_forward(features) if handle is not None else features
+
+    def run(self, call: PhaseCall | None = None) -> StepOutput:
         """One full step. ``call(name, fn)`` runs phase ``name`` as ``fn()`` and returns its result; use it
         to time (``timed_call``) or count each phase. The default just calls ``fn()``."""
         call = call or _plain_call
         features = call("vision", self.vision)
-        reduced = call("reducer", (lambda: reducer(features)) if reducer is not None else (lambda: features))
+        reduced = call("reducer", lambda: self.finish(features))
         projected = call("projector", lambda: self.project(reduced))
         state = call("prefill", lambda: self.prefill(projected))
         tokens = call("decode", lambda: self.decode(state))

@@ -70,6 +70,11 @@ class ProjectorSiteHandle(BackboneSlotHandle):
             self._by_layout[lay] = PerImageReducer(self._by_prefix[lay.prefix], lay)
         return self._by_layout[lay]
 
+    def reseed(self) -> None:
+        """Restart the ``random`` strategy's draws (every layout's reducer) from the configured seed."""
+        for reducer in self._by_prefix.values():
+            reducer.reseed()
+
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """Backbone features (B, N, D) -> reduced (B, N', D), the kept tokens' positions handed on."""
         reducer = self.reducer_for(features.shape[1])
