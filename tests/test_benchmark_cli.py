@@ -161,9 +161,50 @@ def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, 
     assert "noise_flag" in data["meta"]["conventions"]
 
 
-def test_defaults_are_the_documented_sweep():
+def test_defaults_are_the_documented_main_job_and_full_sweep():
     cfg = benchmark.parse_config([])
-    assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.5, 0.25, 0.1]
-    assert cfg.methods == ["topk_magnitude", "attention_score", "random", "spatial_pool"]
+    assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.5, 0.25, 0.1] and cfg.methods == []
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
-    assert cfg.settings == benchmark.DEFAULT_SITE_SETTINGS and cfg.policy_episodes == 100
+    assert cfg.settings == benchmark.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
+    assert (cfg.num_runs, cfg.warmup) == (5, 1)
+    full = benchmark.parse_config(["--full", "true"])
+    assert full.methods == ["topk_magnitude", "attention_score", "random", "spatial_pool"]
+    assert full.policy_episodes == 100 and (full.num_runs, full.warmup) == (10, 2)
+    assert set(benchmark.FULL_SITE_SETTINGS) < set(full.settings)
+    assert "random:0.1:compact" in full.settings and "vision:norm:0.25@0.25:compact" in full.settings
+    assert not any(s.startswith("llm:") and s.endswith(":compact") for s in full.settings)
+    # a flag given overrides the profile's value
+    assert benchmark.parse_config(["--full", "true", "--policy_episodes", "7"]).policy_episodes == 7
+    assert benchmark.parse_config(["--settings", "random:0.5"]).settings == ["random:0.5"]
+
+
+def test_bad_split_and_pool_specs_exit_2(capsys):
+    for flags, needle in ((["--policy_split", "train"], "--policy_split 'train'"),
+                          (["--settings", "spatial_pool:3x3"], "spatial_merge_size 3 does not divide")):
+        with pytest.raises(SystemExit) as exc:
+            benchmark.parse_config(flags)
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_vla_path_rows_get_the_bundled_policys_success_only_when_it_is_that_policy(tmp_path):
+    from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR
+
+    other = _checkpoint_dir(tmp_path, {"timm_model_ids": ["vit_so400m_patch14_siglip_224"], "image_sizes": [224]})
+    reason = benchmark.policy_success_applies(benchmark.parse_config(["--vla_path", str(other)]))
+    assert reason is not None and "not the bundled policy" in reason
+    assert benchmark.policy_success_applies(benchmark.parse_config(["--vla_path", str(BUNDLED_POLICY_DIR)])) is None
+    assert benchmark.policy_success_applies(benchmark.parse_config([])) is None
+    assert "--policy_episodes 0" in benchmark.policy_success_applies(benchmark.parse_config(["--policy_episodes", "0"]))
+
+
+def test_one_progress_bar_weighs_every_kind_of_work():
+    from prismatic_tr.bench.measure.progress import JobProgress
+
+    bar = JobProgress({"round": (4, 2.5), "episode": (10, 0.5)}, enabled=False)
+    assert bar.bar.total == 15.0
+    for kind in ["round"] * 4 + ["episode"] * 10:
+        bar.step(kind, "ignored")
+    assert bar.bar.n == pytest.approx(15.0)
+    with pytest.raises(ValueError, match="count >= 0 and seconds > 0"):
+        JobProgress({"round": (1, 0.0)}, enabled=False)
+    assert benchmark.count_settings(benchmark.parse_config([])) == 1 + len(benchmark.MAIN_SETTINGS)

@@ -1,16 +1,28 @@
-"""Benchmark one OpenVLA control step with and without visual token reduction.
+"""Benchmark one OpenVLA control step with and without visual token reduction: speed beside success.
 
-With no arguments: builds the reference OpenVLA-architecture model (preset ``cpu-bench`` on a CPU,
-``openvla-7b`` on a GPU, random weights, bf16), runs the unreduced baseline, the four projector-site methods
-at keep ratios 0.5 / 0.25 / 0.1 (``spatial_pool`` at merge sizes 2 and 4: keep 1/4 and 1/16; 3 does not
-divide the 16 x 16 grid), and the vision- and llm-site settings of ``DEFAULT_SITE_SETTINGS``, all timed end
-to end (``predict_action``); then the bundled trained policy runs ``--policy_episodes`` closed-loop episodes
-under every setting (success rate, action error). Prints a table and writes ``results.csv``, ``results.json``, ``results.png`` and ``tradeoff.png``
-(success against end-to-end speedup, per site) into ``--output_dir``.
+With no arguments (the main job, about 6 minutes on 2 CPU cores): builds the reference OpenVLA-architecture model
+(preset ``cpu-bench`` on a CPU: the real DINOv2-L + SigLIP-so400m towers and a Llama 2048 wide and 8 layers deep,
+~1/16 of Llama-2-7B; ``openvla-7b`` on a GPU; random weights, bf16) and times ``predict_action`` end to end,
+unreduced and under the settings of ``MAIN_SETTINGS``, interleaved; then the bundled trained tabletop policy
+runs ``--policy_episodes`` closed-loop episodes of the held-out **test** split under every setting (success with
+its Wilson interval, action error). Speed is the cpu-bench model's, success the bundled policy's: settings are
+fractions of tokens and of depth, applied to each model (the block each cuts after is in the ``cut`` column).
+Prints a table and writes ``results.csv``, ``results.json``, ``results.png`` and ``tradeoff.png`` into
+``--output_dir``. One progress bar covers the whole job, with an estimate of the time left.
+
+``--full true`` runs the full sweep instead: every projector method x ``--ratios`` (``spatial_pool`` at merge
+sizes 2 and 4), every site setting of ``FULL_SITE_SETTINGS``, each beside its v0.2 ``:compact`` numbering where
+that differs, 100 episodes per setting and 10 timed rounds (about an hour on 2 cores). Any of ``--methods``,
+``--ratios``, ``--settings``, ``--policy_episodes``, ``--num_runs``, ``--warmup`` given on the command line
+overrides the profile's value.
 
     python vla_scripts/benchmark.py
-    python vla_scripts/benchmark.py --preset tiny --num_runs 3
+    python vla_scripts/benchmark.py --full true
+    python vla_scripts/benchmark.py --preset tiny --num_runs 3 --policy_episodes 0
     python vla_scripts/benchmark.py --methods topk_magnitude random --ratios 0.5 --vla_path /path/to/ckpt
+
+With ``--vla_path`` the rows describe that checkpoint only: the bundled policy's success is added only when the
+checkpoint is the bundled policy itself (measure your own model's success with ``eval_offline.py``).
 
 List flags take ``--ratios 0.75 0.5``, ``--ratios 0.75,0.5`` or ``--ratios "[0.75,0.5]"``. Bad flags exit
 with status 2 before any model is built. Rows whose timings the machine disturbed (the vision phase, the
@@ -26,7 +38,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,29 +50,57 @@ from prismatic_tr.bench.measure.devices import resolve_dtype as _resolve_dtype
 from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
-# Reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
-DEFAULT_SITE_SETTINGS = [
+# The main job: what a user needs to see the trade-off, each position rule where it matters.
+MAIN_SETTINGS = [
+    "random:0.5", "random:0.5:compact",
+    "vision:norm:0.5@0.25", "vision:norm:0.25@0.25", "vision:norm:0.25@0.25:compact", "vision:norm:0.1@0.25",
+    "llm:attention:0.5@0.25",
+]
+# --full: reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
+FULL_SITE_SETTINGS = [
     "spatial_pool:4x4",
     "vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "vision:attention:0.1@0.25",
-    "vision:attention:0.25@0.5", "vision:attention:0.25@0.125",
+    "vision:norm:0.5@0.25", "vision:norm:0.25@0.25", "vision:norm:0.1@0.25",
+    "vision:norm:0.25@0.5", "vision:norm:0.25@0.125",
     "llm:attention:0.5@0.25", "llm:attention:0.25@0.25",
-    "vision:attention:0.25@0.25+llm:attention:0.5@0.25", "vision:attention:0.25@0.125+llm:attention:0.5@0.125",
+    "vision:norm:0.25@0.25+llm:attention:0.5@0.25", "vision:norm:0.25@0.125+llm:attention:0.5@0.125",
 ]
+# Each profile's values for the flags a user leaves unset.
+PROFILES: dict[str, dict[str, Any]] = {
+    "main": {"methods": [], "ratios": [0.5, 0.25, 0.1], "settings": MAIN_SETTINGS, "policy_episodes": 50,
+             "num_runs": 5, "warmup": 1},
+    "full": {"methods": DEFAULT_METHODS, "ratios": [0.5, 0.25, 0.1], "settings": FULL_SITE_SETTINGS,
+             "policy_episodes": 100, "num_runs": 10, "warmup": 2},
+}
+
+
+def compact_twins(methods: list[str], ratios: list[float], specs: list[str]) -> list[str]:
+    """The ``:compact`` spec of every projector method x ratio and every single-site vision spec (the sites whose
+    position rule can be switched); ``spatial_pool`` at its merge sizes 2 and 4."""
+    twins = []
+    for m in methods:
+        amounts = [f"{s}x{s}" for s in (2, 4)] if m == "spatial_pool" else [f"{r:g}" for r in ratios]
+        twins += [f"{m}:{a}:compact" for a in amounts]
+    twins += [f"{spec}:compact" for spec in specs if "+" not in spec and not spec.startswith("llm:")
+              and not spec.startswith("spatial_pool")]
+    return list(dict.fromkeys(twins))
 
 
 @dataclass
 class BenchmarkConfig:
     # fmt: off
+    full: bool = False                         # the full sweep (module docstring) instead of the main job's few settings
     preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b (default: cpu-bench on CPU, openvla-7b on GPU)
     vision_backbone_id: str = "dinosiglip-vit-so-224px"  # dinosiglip-vit-so-224px | siglip-vit-so400m
     vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
-    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))  # reduction methods
-    ratios: list[float] = field(default_factory=lambda: [0.5, 0.25, 0.1])      # fractions of visual tokens kept
+    methods: list[str] | None = None           # projector-site methods x --ratios (default: the profile's; main: none)
+    ratios: list[float] | None = None          # fractions of visual tokens kept (default: 0.5 0.25 0.1)
     spatial_merge_size: int = 2                # spatial_pool window (keeps 1 / size**2 of the tokens)
-    settings: list[str] = field(default_factory=lambda: list(DEFAULT_SITE_SETTINGS))  # further specs: vision / llm sites
-    policy_episodes: int = 100                 # closed-loop episodes of the bundled trained policy per setting (0: none)
-    num_runs: int = 10                         # timed rounds (every setting once per round, interleaved)
-    warmup: int = 2                            # untimed rounds first
+    settings: list[str] | None = None          # further specs: any site, ':compact' positions (default: the profile's)
+    policy_episodes: int | None = None         # closed-loop episodes of the bundled policy per setting (0: none; main 50, full 100)
+    policy_split: str = "test"                 # seed split of those episodes (test: held out; validation: for choosing)
+    num_runs: int | None = None                # timed rounds, every setting once per round, interleaved (main 5, full 10)
+    warmup: int | None = None                  # untimed rounds first (main 1, full 2)
     batch_size: int = 1                        # images (same instruction) per step
     dtype: str = "auto"                        # auto (= bfloat16 on CPU and GPU) | bfloat16 | float16 | float32
     device: str = "auto"                       # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
@@ -69,13 +109,28 @@ class BenchmarkConfig:
     num_threads: int = 0                       # CPU threads for torch (0 = torch's default, one per core)
     instruction: str = "pick up the red block"  # the task text of the prompt
     unnorm_key: str | None = None              # norm_stats key for un-normalising actions (default: the first)
-    progress: bool = True                      # progress bar over the sweep
+    progress: bool = True                      # one progress bar over the whole job, with the time left
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
     # fmt: on
 
+    def _apply_profile(self) -> None:
+        """Fill every flag left unset from the profile (``main``, or ``full`` with ``--full true``)."""
+        profile = "full" if self.full else "main"
+        for name, value in PROFILES[profile].items():
+            if getattr(self, name) is None:
+                value = list(value) if isinstance(value, list) else value
+                if name == "settings" and profile == "full":
+                    value = value + compact_twins(self.methods, self.ratios, value)
+                setattr(self, name, value)
+
     def __post_init__(self) -> None:
         from prismatic_tr.bench.vla.specs import build_settings
+        from prismatic_tr.envs.splits import SPLITS
+
+        self._apply_profile()
+        if self.policy_split not in SPLITS:
+            raise ValueError(f"--policy_split {self.policy_split!r} is not allowed; use one of {sorted(SPLITS)}")
 
         build_settings(self.methods, self.ratios, self.spatial_merge_size)  # names a bad method/ratio/size
         from prismatic_tr.bench.vla.specs import parse_setting
@@ -133,12 +188,20 @@ class BenchmarkConfig:
                 "norm_stats": SYNTHETIC_NORM_STATS, "source": self.vision_backbone_id}
 
     def _check_against_model(self, config: dict[str, Any]) -> None:
-        """Merge size against the patch grid, unnorm_key against the norm_stats (when the config has them)."""
-        from prismatic_tr.bench.vla.specs import POOL_METHOD, check_merge_sizes, grid_from_config
+        """Merge sizes (the flag's and those of ``spatial_pool`` specs) against the patch grid, unnorm_key against
+        the norm_stats (when the config has them)."""
+        from prismatic_tr.bench.vla.specs import (
+            POOL_METHOD,
+            check_merge_sizes,
+            grid_from_config,
+            parse_setting,
+        )
 
         grid = grid_from_config(config)
-        if POOL_METHOD in self.methods and grid is not None:
-            check_merge_sizes([self.spatial_merge_size], grid, config["source"])
+        if grid is not None:
+            specs = [p for spec in self.settings for p in parse_setting(spec).parts if p.method == POOL_METHOD]
+            check_merge_sizes([self.spatial_merge_size, *(p.spatial_merge_size for p in specs)], grid,
+                              config["source"])
         stats = config.get("norm_stats")
         if self.unnorm_key is not None and isinstance(stats, dict) and self.unnorm_key not in stats:
             raise ValueError(f"--unnorm_key {self.unnorm_key!r} is not in the norm_stats of {config['source']}; "
@@ -248,24 +311,68 @@ def headline(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def add_policy_fidelity(records: list[dict], cfg: BenchmarkConfig) -> str:
-    """Success and action error of the bundled trained policy under the same settings, merged into the records;
-    returns a line for the metadata saying what was done (or why not)."""
+def policy_success_applies(cfg: BenchmarkConfig) -> str | None:
+    """None when the bundled policy's success belongs in these rows, else the reason it does not: with
+    ``--vla_path`` the rows describe that checkpoint, so the bundled policy's success is added only when the
+    checkpoint is the bundled policy itself."""
     if cfg.policy_episodes == 0:
         return "not measured (--policy_episodes 0)"
+    if cfg.vla_path is None:
+        return None
+    from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR
+
+    if Path(cfg.vla_path).resolve() == BUNDLED_POLICY_DIR.resolve():
+        return None
+    return (f"not measured: --vla_path {cfg.vla_path} is not the bundled policy, whose success would not be this "
+            "model's (measure yours with vla_scripts/eval_offline.py on your data)")
+
+
+def add_policy_fidelity(records: list[dict], cfg: BenchmarkConfig, progress: Any = None) -> str:
+    """Success and action error of the bundled trained policy under the same settings, merged into the records;
+    returns a line for the metadata saying what was done (or why not)."""
+    reason = policy_success_applies(cfg)
+    if reason is not None:
+        return reason
     from prismatic_tr.bench.vla.specs import parse_setting
-    from prismatic_tr.policy.fidelity import EVAL_SEED, policy_fidelity
+    from prismatic_tr.envs.splits import seed_split
+    from prismatic_tr.policy.fidelity import policy_fidelity
 
     try:
-        fields = policy_fidelity([parse_setting(r["setting"]) for r in records], cfg.policy_episodes)
+        fields = policy_fidelity([parse_setting(r["setting"]) for r in records], cfg.policy_episodes,
+                                 split=cfg.policy_split,
+                                 on_episode=(lambda *_: progress.step("episode")) if progress else None)
     except ValueError as err:  # the bundled policy is missing
         print(f"NOTE: no policy fidelity: {err}")
         return f"not measured: {err}"
     for rec in records:
         rec.update(fields[rec["setting"]])
+    first = seed_split(cfg.policy_split).first
     return (f"bundled tabletop policy (prismatic_tr/assets/tabletop_policy): {cfg.policy_episodes} closed-loop episodes "
-            f"per setting from seed {EVAL_SEED}, same seeds for every setting; action error on the scripted "
-            "expert's steps")
+            f"per setting of the {cfg.policy_split} split (seeds {first:,}-{first + cfg.policy_episodes - 1:,}), the "
+            "same seeds for every setting; action error on the scripted expert's steps (offline split)")
+
+
+# Expected seconds per unit of work on 2 CPU cores, to weigh the progress bar (only its time-left estimate uses them).
+SECONDS_PER = {"record": 10.0, "round": 2.5, "episode": 0.5}
+
+
+def job_progress(cfg: BenchmarkConfig, settings: int) -> Any:
+    """One bar over the timing of every setting and the policy's episodes (see JobProgress)."""
+    from prismatic_tr.bench.measure.progress import JobProgress
+
+    episodes = 0 if policy_success_applies(cfg) is not None else cfg.policy_episodes * settings
+    plan = {"record": (settings, SECONDS_PER["record"]),
+            "round": ((cfg.warmup + cfg.num_runs) * settings, SECONDS_PER["round"]),
+            "episode": (episodes, SECONDS_PER["episode"])}
+    return JobProgress(plan, desc="benchmark", enabled=cfg.progress)
+
+
+def count_settings(cfg: BenchmarkConfig) -> int:
+    """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats."""
+    from prismatic_tr.bench.vla.specs import build_settings, parse_setting
+
+    grid = build_settings(cfg.methods, cfg.ratios, cfg.spatial_merge_size)
+    return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings]))
 
 
 def main(cfg: BenchmarkConfig) -> list[dict]:
@@ -291,12 +398,15 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     if meta["random_weights"]:
         print("NOTE: the weights are RANDOM. Latencies are real; fidelity numbers (agreement, action error, KL) "
               "only show that the machinery works. Pass --vla_path for a trained checkpoint.")
+    progress = job_progress(cfg, count_settings(cfg))
     records = benchmark_token_reduction(
         vla, inputs, methods=cfg.methods, ratios=cfg.ratios, spatial_merge_size=cfg.spatial_merge_size,
         num_runs=cfg.num_runs, warmup=cfg.warmup, progress=cfg.progress, unnorm_key=cfg.unnorm_key, seed=cfg.seed,
-        extra_settings=cfg.settings,
+        extra_settings=cfg.settings, on_progress=progress.step,
     )
-    meta["policy_fidelity"] = add_policy_fidelity(records, cfg)
+    del vla  # the speed model's memory is not needed for the policy's episodes
+    meta["policy_fidelity"] = add_policy_fidelity(records, cfg, progress)
+    progress.close()
     print(format_table(records))
     print("latencies: medians in ms; speedup = baseline total / total (same run, interleaved); ideal = Amdahl "
           "bound; MACs per step; peak MB only on CUDA")
@@ -319,8 +429,12 @@ def main(cfg: BenchmarkConfig) -> list[dict]:
     if has_success:
         from prismatic_tr.policy.report import plot_tradeoff
 
-        paths.append(plot_tradeoff(records, cfg.output_dir / "tradeoff.png",
-                                   f"success of the bundled policy against predict_action speedup of {source}"))
+        n = records[0].get("policy_episodes")
+        paths.append(plot_tradeoff(
+            records, cfg.output_dir / "tradeoff.png",
+            "speed and success of each setting (fractions of tokens and depth, applied to each model)",
+            x_label=f"end-to-end speedup of predict_action on {source}",
+            y_label=f"success of the bundled tabletop policy ({n} {cfg.policy_split}-split episodes, 95 % interval)"))
     for path in paths:
         print(f"wrote {path}")
     print(f"finished in {meta['wall_s']:.0f} s")

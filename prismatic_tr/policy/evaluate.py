@@ -22,7 +22,7 @@ from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, outcome_counts, run_episodes
-from prismatic_tr.vla import reductions_attached, visual_token_count
+from prismatic_tr.vla import reduction_cut, reductions_attached, visual_token_count
 
 
 def reduction(vla: nn.Module, setting: Setting, seed: int = 0) -> contextlib.AbstractContextManager[Any]:
@@ -72,7 +72,7 @@ def evaluate_settings(
     records = []
     for s in settings:
         with reduction(vla, s):
-            tokens = visual_token_count(vla)
+            tokens, cut = visual_token_count(vla), reduction_cut(vla)
             outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
                                     on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
         first = s.parts[0] if s.parts else s
@@ -80,7 +80,7 @@ def evaluate_settings(
         records.append({
             "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
             "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
-            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
+            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens), "cut": cut,
             **dataclasses.asdict(SuccessSummary.of(outcomes)),
             **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()},
             "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],

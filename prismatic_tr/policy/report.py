@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SITE_COLORS = {"none": "black", "projector": "tab:blue", "vision": "tab:green", "llm": "tab:orange",
-               "projector+llm": "tab:purple", "vision+llm": "tab:red"}
+SITE_MARKERS = {"none": "*", "projector": "o", "vision": "s", "llm": "^", "projector+llm": "D", "vision+llm": "P"}
 
 
 def format_rows(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
@@ -47,36 +46,57 @@ def best_within(records: Sequence[dict[str, Any]], max_loss: float = 0.02,
     return best
 
 
+def _method_of(family: str) -> str:
+    """The method a family's colour stands for: ``vision:norm@0.25:compact`` -> ``norm``; combined sites keep
+    both (``vision:norm@0.25+llm:attention@0.25`` -> ``norm+llm``); the baseline is ``none``."""
+    parts = [p.split("@")[0].split(":") for p in family.replace(":compact", "").split("+")]
+    names = [bits[-1] if bits[0] != "llm" or len(parts) == 1 else "llm" for bits in parts]
+    return "+".join(names)
+
+
 def plot_tradeoff(records: Sequence[dict[str, Any]], path: str | Path, title: str = "",
-                  x: str = "predict_action_speedup", y: str = "success_rate") -> Path:
-    """Success (with its interval when present) against end-to-end speedup, one point per setting, coloured
-    by site; points of one site and method joined in order of speedup."""
+                  x: str = "predict_action_speedup", y: str = "success_rate",
+                  x_label: str = "end-to-end speedup of predict_action (x)",
+                  y_label: str = "success rate") -> Path:
+    """Success (with its interval when present) against end-to-end speedup, one point per setting.
+
+    One colour per method, one marker per site (circle projector, square vision, triangle llm, star the
+    unreduced model); settings with ``:compact`` positions are hollow and dashed. Points of one family (site,
+    method, depth, positions) are joined in order of speedup and labelled with the fraction kept. The legend
+    sits outside the axes; ``x_label`` / ``y_label`` should name the model each axis was measured on.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.8))
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault((rec["site"], rec["method"]), []).append(rec)
-    for (site, family), recs in groups.items():
+    methods = sorted({_method_of(family) for _, family in groups} - {"none"})
+    palette = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    colors = {m: palette(i % palette.N) for i, m in enumerate(methods)} | {"none": "black"}
+    for (site, family), recs in sorted(groups.items(), key=lambda g: (g[0][0] != "none", g[0][1])):
         recs = sorted(recs, key=lambda r: r[x])
         xs, ys = [r[x] for r in recs], [r[y] for r in recs]
-        color = SITE_COLORS.get(site, "gray")
-        ax.plot(xs, ys, "o-", color=color, alpha=0.8, label=family)
+        color, compact = colors[_method_of(family)], family.endswith(":compact")
+        ax.plot(xs, ys, linestyle="--" if compact else "-", marker=SITE_MARKERS.get(site, "o"), color=color,
+                markerfacecolor="none" if compact else color, markersize=12 if site == "none" else 7,
+                alpha=0.85, label=family if site != "none" else "unreduced")
         if "success_ci_low" in recs[0] and y == "success_rate":
             # float rounding puts a Wilson bound a hair past the rate at 0 or all successes: clip to >= 0
             low = [max(0.0, r[y] - r["success_ci_low"]) for r in recs]
             high = [max(0.0, r["success_ci_high"] - r[y]) for r in recs]
-            ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, alpha=0.4, capsize=3)
-        for r in recs:
-            ax.annotate(f"{r['reduction_ratio']:.2g}", (r[x], r[y]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-    ax.set_xlabel("end-to-end speedup of predict_action (x)")
-    ax.set_ylabel("success rate" if y == "success_rate" else y)
+            ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, alpha=0.35, capsize=3)
+        for r in recs if site != "none" else []:
+            ax.annotate(f"{r['reduction_ratio']:.2g}", (r[x], r[y]), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points", color=color)
+    ax.set_xlabel(x_label, fontsize=9)
+    ax.set_ylabel(y_label, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              title="site:method@depth (number: fraction kept)", title_fontsize=7)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     path = Path(path)

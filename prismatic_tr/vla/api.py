@@ -31,6 +31,13 @@ def get_token_reduction(vla: nn.Module, site: str | None = None) -> Any:
     return handle if site is None or (handle is not None and handle.settings.site == site) else None
 
 
+def reduction_cut(vla: nn.Module) -> str:
+    """Where the attached reductions cut on ``vla``, in blocks and layers actually run (e.g. "towers after 6/23,
+    7/26 blocks; LLM after 2/8 layers"), or "none"."""
+    cuts = [h.cut for h in (get_token_reduction(vla), get_token_reduction(vla, site="llm")) if h is not None]
+    return "; ".join(cuts) or "none"
+
+
 def visual_token_count(vla: nn.Module) -> int:
     """Patch tokens per sample that ``vla``'s projector receives now, with or without a reduction attached.
 

@@ -37,7 +37,7 @@ Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one step 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -65,12 +65,13 @@ from prismatic_tr.bench.vla.specs import (
     parse_setting,
 )
 from prismatic_tr.bench.vla.step import PolicyStep, StepInputs, prepare_inputs, timed_call
-from prismatic_tr.vla import reductions_attached, remove_token_reduction, unwrap_vla
+from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
 
 
 def _timed_rounds(
     vla: nn.Module, step: PolicyStep, settings: list[Setting], num_runs: int,
     warmup: int, device: torch.device, progress: bool, seed: int, unnorm_key: str,
+    on_progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
     """Warm-up, then ``num_runs`` interleaved rounds (A B C, C B A, ...). In every round each setting is attached
     (outside the timed region), its step is timed phase by phase, then the model's own ``predict_action`` on the
@@ -80,8 +81,8 @@ def _timed_rounds(
     timers = [Timer(device) for _ in settings]
     e2e = [Timer(device) for _ in settings]
     order = list(range(len(settings)))
-    bar = tqdm(total=(warmup + num_runs) * len(settings), desc="policy benchmark", disable=not progress,
-               leave=False)
+    bar = tqdm(total=(warmup + num_runs) * len(settings), desc="policy benchmark",
+               disable=not progress or on_progress is not None, leave=False)
     predict = lambda: step.predict_action(unnorm_key)  # noqa: E731
 
     for r in range(-warmup, num_runs):
@@ -99,6 +100,8 @@ def _timed_rounds(
                         predict()
                     e2e[i].stop()
             bar.update()
+            if on_progress is not None:
+                on_progress("round")
     bar.close()
     return [t.results() for t in timers], [t.results()["predict_action"] for t in e2e]
 
@@ -152,6 +155,7 @@ def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, base: ModelAns
     rec: dict = {
         "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or BASELINE,
         "reduction_ratio": k / n_in if pool else first.reduction_ratio, "depth_fraction": first.depth_fraction,
+        "cut": reduction_cut(vla),
         "spatial_merge_size": first.spatial_merge_size if pool else None, "num_patches": k, "num_patches_in": n_in,
         "llm_visual_tokens": out.llm_visual_tokens, "tokens_kept": out.llm_visual_tokens / n_in,
         "seq_len": out.seq_len,
@@ -178,6 +182,7 @@ def benchmark_token_reduction(
     num_action_tokens: int | None = None,
     seed: int = 0,
     extra_settings: Sequence[str | Setting] = (),
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[dict]:
     """Benchmark one control step of ``vla`` unreduced and under each reduction setting.
 
@@ -194,6 +199,8 @@ def benchmark_token_reduction(
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).
         num_action_tokens: action tokens decoded per step (default: the model's ``get_action_dim``, 7).
         seed: seed of the ``random`` strategy.
+        on_progress: called with ``"record"`` after each setting's untimed measurements and ``"round"`` after each
+            setting's warm-up or timed round (a caller's progress bar; the built-in one is then off).
 
     Returns:
         One dict per setting, baseline first; fields are described in the module docstring.
@@ -214,20 +221,24 @@ def benchmark_token_reduction(
         remove_token_reduction(vla)
         with torch.no_grad():  # not inference_mode: FlopCounterMode counts nothing there on torch 2.2
             return _run(vla, settings, prepare_inputs(vla, sample_inputs, dev), dev, num_runs, warmup, progress,
-                        unnorm_key, num_action_tokens, seed)
+                        unnorm_key, num_action_tokens, seed, on_progress)
     finally:
         restore_model_state(vla, saved)
 
 
 def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch.device, num_runs: int,
-         warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int) -> list[dict]:
+         warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int,
+         on_progress: Callable[[str], None] | None = None) -> list[dict]:
     step = PolicyStep(vla, inputs, num_action_tokens)
     base = model_answer(vla, step, unnorm_key)
     records: list[dict] = []
     for s in settings:
         with reductions_attached(vla, s.reductions(seed)):
             records.append(_setting_record(vla, step, s, base, unnorm_key))
-    samples, e2e = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key)
+        if on_progress is not None:
+            on_progress("record")
+    samples, e2e = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key,
+                                 on_progress)
     for rec, smp, pa in zip(records, samples, e2e, strict=True):
         rec.update(_timing_fields(smp))
         stats = summarize(pa)

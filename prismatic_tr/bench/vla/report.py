@@ -18,11 +18,14 @@ NOISE_LABEL = "noisy row (noise_flag)"
 # (header, record key, format) of the printed table.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("setting", "setting", "{}"),
+    ("cut", "cut", "{}"),
     ("tokens", "num_patches", "{}"),
     ("llm tok", "llm_visual_tokens", "{}"),
     ("e2e ms", "predict_action_ms", "{:.1f}"),
     ("e2e x", "predict_action_speedup", "{:.3f}"),
     ("success", "success_rate", "{:.0%}"),
+    ("95% CI", "_success_ci", "{}"),
+    ("policy cut", "policy_cut", "{}"),
     ("phases ms", "total_ms", "{:.1f}"),
     ("p10-p90", "_total_spread", "{}"),
     ("vision", "vision_ms", "{:.1f}"),
@@ -47,6 +50,9 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 def _cell(rec: dict[str, Any], key: str, fmt: str) -> str:
     if key == "_total_spread":
         return f"{rec['total_ms_p10']:.1f}-{rec['total_ms_p90']:.1f}"
+    if key == "_success_ci":
+        low, high = rec.get("success_ci_low"), rec.get("success_ci_high")
+        return f"{low:.0%}-{high:.0%}" if low is not None and high is not None else "-"
     if key == "noise_flag":
         return NOISY_MARK if rec.get("noise_flag") else ""
     value = rec.get(key)

@@ -33,6 +33,12 @@ class SiteHandle:
     def backbone(self) -> nn.Module:
         return self.info.backbone
 
+    @property
+    def cut(self) -> str:
+        """Where this site removes tokens on this model, in blocks / layers actually run (a depth fraction is
+        rounded to a block, differently for towers of different depth)."""
+        raise NotImplementedError
+
     def attach(self) -> Any:
         raise NotImplementedError
 

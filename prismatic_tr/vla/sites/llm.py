@@ -50,6 +50,11 @@ class LLMSiteHandle(SiteHandle):
         self.pruning: LLMPruningHandle | None = None
         self._projector_hook: Any = None
 
+    @property
+    def cut(self) -> str:
+        """e.g. "LLM after 2/8 layers" (those layers see every visual token)."""
+        return f"LLM after {self.layer}/{len(self.lm.model.layers)} layers"
+
     def _record(self, module: nn.Module, args: Any, out: torch.Tensor) -> None:
         self._num_visual = int(out.shape[1])
 

@@ -70,6 +70,10 @@ class ProjectorSiteHandle(BackboneSlotHandle):
             self._by_layout[lay] = PerImageReducer(self._by_prefix[lay.prefix], lay)
         return self._by_layout[lay]
 
+    @property
+    def cut(self) -> str:
+        return "after the backbone"
+
     def reseed(self) -> None:
         """Restart the ``random`` strategy's draws (every layout's reducer) from the configured seed."""
         for reducer in self._by_prefix.values():

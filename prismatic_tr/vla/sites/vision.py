@@ -14,7 +14,12 @@ from __future__ import annotations
 import torch
 
 from prismatic_tr.reducers.config import num_kept
-from prismatic_tr.vit.shared import SharedSelectionHandle, apply_shared_selection, check_towers
+from prismatic_tr.vit.shared import (
+    SharedSelectionHandle,
+    apply_shared_selection,
+    check_towers,
+    reduction_block,
+)
 from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
 from prismatic_tr.vla.settings import TokenReductionSettings
 from prismatic_tr.vla.sites.base import BackboneSlotHandle
@@ -36,6 +41,14 @@ class VisionSiteHandle(BackboneSlotHandle):
 
     def reduced_num_patches_per_image(self) -> int:
         return num_kept(self.patches_per_image, self.settings.reduction_ratio)
+
+    @property
+    def cut(self) -> str:
+        """e.g. "towers after 6/23, 7/26 blocks": block ``j`` of the blocks each tower runs (OpenVLA's towers run
+        all but their last block)."""
+        runs = [len(t.blocks) - 1 for t in self.towers]
+        done = [reduction_block(len(t.blocks), self.settings.depth_fraction) + 1 for t in self.towers]
+        return "towers after " + ", ".join(f"{d}/{r}" for d, r in zip(done, runs, strict=True)) + " blocks"
 
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """The towers already reduced ``features`` (B, n * K, D): hand on where the n images' kept patches sit."""
