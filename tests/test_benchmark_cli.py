@@ -201,10 +201,10 @@ def test_one_progress_bar_weighs_every_kind_of_work():
     from prismatic_tr.bench.measure.progress import JobProgress
 
     bar = JobProgress({"round": (4, 2.5), "episode": (10, 0.5)}, enabled=False)
-    assert bar.bar.total == 15.0
+    assert bar.total == 15.0
     for kind in ["round"] * 4 + ["episode"] * 10:
         bar.step(kind, "ignored")
-    assert bar.bar.n == pytest.approx(15.0)
+    assert bar.done == pytest.approx(15.0)
     with pytest.raises(ValueError, match="count >= 0 and seconds > 0"):
         JobProgress({"round": (1, 0.0)}, enabled=False)
     assert benchmark.count_settings(benchmark.parse_config([])) == 1 + len(benchmark.MAIN_SETTINGS)

@@ -22,12 +22,14 @@ class JobProgress:
         if unknown:
             raise ValueError(f"plan entries {unknown} need a count >= 0 and seconds > 0")
         self.weights = {kind: w for kind, (_, w) in plan.items()}
-        total = sum(n * w for n, w in plan.values())
+        self.total, self.done = sum(n * w for n, w in plan.values()), 0.0
+        total = self.total
         self.bar = tqdm(total=round(total, 1), desc=desc, unit="s", disable=not enabled,
                         bar_format="{l_bar}{bar}| {elapsed} elapsed, ~{remaining} left")
 
     def step(self, kind: str, *_: Any) -> None:
         """One unit of ``kind`` done (extra arguments are ignored, so it can be passed as a callback)."""
+        self.done += self.weights[kind]
         self.bar.update(self.weights[kind])
 
     def close(self) -> None:
