@@ -1,6 +1,7 @@
 """What each reduction setting costs the bundled trained policy: closed-loop success on unseen episodes and the
 action error on the scripted expert's steps. The policy-step benchmark reports it beside its speed columns
-(settings are fractions of tokens and of depth, so one setting means the same on both models).
+(settings are fractions of tokens and of depth, applied to each model; a depth fraction rounds to a block
+differently on towers of different depth, so each record says where it cut: ``cut`` / ``policy_cut``).
 
 Seeds (:mod:`prismatic_tr.envs.splits`): closed-loop episodes from the "validation" split by default (choosing
 settings is a decision; pass ``split="test"`` for a held-out report), expert steps from the "offline" split."""
