@@ -392,3 +392,19 @@ def test_llm_site_on_a_peft_model_leaves_training_forwards_alone() -> None:
         finally:
             remove_token_reduction(wrapped)
     assert torch.equal(after.loss, before.loss)
+
+
+def test_each_site_says_where_it_cuts_in_blocks_and_layers_actually_run() -> None:
+    from prismatic_tr.vla import reduction_cut
+
+    vla = build_vla("policy", seed=0)  # towers 6 deep (5 run), a Llama 4 deep
+    assert reduction_cut(vla) == "none"
+    apply_token_reduction_to_vla(vla, "norm", 0.25, site="vision", depth_fraction=0.25)
+    apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.5, depth_fraction=0.25)
+    try:
+        # 0.25 of 5 blocks rounds up to a cut after block 2: 40 % of the towers, not a quarter
+        assert reduction_cut(vla) == "towers after 2/5, 2/5 blocks; LLM after 1/4 layers"
+        apply_token_reduction_to_vla(vla, "random", 0.5)
+        assert reduction_cut(vla) == "after the backbone; LLM after 1/4 layers"
+    finally:
+        remove_token_reduction(vla)
