@@ -9,10 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from prismatic_tr.bench.measure.ops import count_kernel_ops, find_host_syncs
-from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept
+from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept, selection_methods
+from prismatic_tr.reducers.strategies.diverse import max_min_order
 from prismatic_tr.reducers.random_stream import KeyStream
 
-SELECTING = ["topk_magnitude", "attention_score", "random"]
+GREEDY = ["diverse", "salient_diverse"]  # K steps of max-min selection
+SELECTING = ["topk_magnitude", "attention_score", "random", "saliency", *GREEDY]
 METHODS = SELECTING + ["spatial_pool"]
 # (batch, patch tokens, channels, prefix tokens)
 SHAPES = [(1, 256, 2176, 0), (2, 256, 1152, 0), (3, 196, 32, 1), (2, 64, 16, 5)]
@@ -30,8 +32,9 @@ def features(b: int, n: int, d: int, p: int, dtype=torch.float32, seed: int = 0)
     return torch.randn(b, p + n, d, generator=g).to(dtype)
 
 
-def test_registry_lists_the_four_strategies():
+def test_registry_lists_the_built_in_strategies():
     assert available_methods() == sorted(METHODS)
+    assert selection_methods() == sorted(SELECTING), "every strategy but pooling keeps a subset by a score"
 
 
 @pytest.mark.parametrize("method,shape,ratio", list(itertools.product(METHODS, SHAPES, RATIOS)))
@@ -175,7 +178,10 @@ def test_bad_shapes_say_what_is_wrong():
 
 # Kernel-launching ops with one prefix token: a selecting strategy's scores, then topk, sort, and one gather
 # whose index holds the prefix too (arange, add, cat of small int tensors).
-OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 9, "random": 12 + 6}
+# The greedy ones: saliency (7) for the first pick, a normalisation, then per step an index, one write, one bmm and
+# a few elementwise ops and an argmax (<= 9) for each of the K - 1 = 127 picks after the first.
+OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 9, "random": 12 + 6,
+             "saliency": 8 + 6, "diverse": 16 + 9 * 127 + 6, "salient_diverse": 16 + 9 * 127 + 6}
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -196,11 +202,13 @@ def test_no_host_syncs_and_few_ops(method):
 @pytest.mark.parametrize("method", METHODS)
 def test_compiles_fullgraph_and_matches_eager(method):
     """torch.compile(fullgraph=True) really compiles and runs every strategy (random included: its draws
-    come from a counter-based hash, not a torch.Generator), with the same output as eager."""
+    come from a counter-based hash, not a torch.Generator), with the same output as eager. The greedy ones
+    unroll K steps: a smaller keep keeps their compile short."""
     from prismatic_tr.bench.measure.profiling import graph_breaks
 
     x = features(2, 64, 16, 1)
-    eager, compiled = make(method, 0.5, 1), make(method, 0.5, 1)
+    ratio = 0.125 if method in GREEDY else 0.5
+    eager, compiled = make(method, ratio, 1), make(method, ratio, 1)
     assert graph_breaks(compiled, x, backend=COMPILE_BACKEND) == (0, [])  # compiles and runs once
     compiled.reseed()
     fn = torch.compile(compiled, fullgraph=True, backend=COMPILE_BACKEND)
@@ -211,6 +219,51 @@ def test_compiles_fullgraph_and_matches_eager(method):
             assert torch.equal(out, ref), "selected rows are copied exactly"
         else:
             torch.testing.assert_close(out, ref)  # window means: the summation order may differ
+
+
+def background_with_objects(seed: int = 0) -> tuple[torch.Tensor, list[int], list[int]]:
+    """(1, 64, 8) tokens: a background direction plus noise on most patches; one large object (8 patches) and
+    one small object (2 patches) in two other directions. Returns the tokens and the two objects' indices."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 64, 8, generator=g) * 0.05
+    x[0, :, 0] += 1.0  # the table
+    large, small = [3, 4, 11, 12, 19, 20, 27, 28], [50, 58]
+    x[0, large, 1] += 1.5
+    x[0, small, 2] += 0.6
+    return x, large, small
+
+
+def test_saliency_keeps_what_differs_from_the_mean_and_attention_score_the_opposite():
+    x, large, small = background_with_objects()
+    objects = sorted(large + small)
+    assert make("saliency", 10 / 64).reduce(x).indices.tolist() == [objects]
+    kept_by_attention = set(make("attention_score", 10 / 64).reduce(x).indices[0].tolist())
+    assert not kept_by_attention & set(objects), "the mean token's nearest are background"
+
+
+@pytest.mark.parametrize("method", GREEDY)
+def test_max_min_selection_covers_every_cluster(method):
+    """Three picks on three clusters: one token of each, the small object's included, where a top-3 of saliency
+    spends all three on the large object (its tokens are the farthest from the mean)."""
+    x, large, small = background_with_objects()
+    kept = make(method, 3 / 64).reduce(x).indices[0].tolist()
+    assert len(set(kept) & set(large)) == 1 and len(set(kept) & set(small)) == 1, kept
+    assert set(make("saliency", 3 / 64).reduce(x).indices[0].tolist()) <= set(large)
+
+
+def test_max_min_order_picks_each_token_once_in_order():
+    x = features(3, 40, 6, 0)
+    scores = max_min_order(x, 40)  # every token, each exactly once: scores are a permutation of 1..40
+    assert torch.equal(scores.sort(dim=1).values, torch.arange(1.0, 41.0).expand(3, -1))
+    partial = max_min_order(x, 7)
+    assert torch.equal(partial, torch.where(scores > 33, scores - 33, -1.0)), "the first 7 picks, the rest -1"
+    xn = F.normalize(x, dim=-1)
+    order = scores.argsort(dim=1, descending=True)
+    for step in range(1, 6):  # each pick is farthest (cosine) from its nearest earlier pick
+        chosen = xn[0, order[0, :step]]
+        gaps = (1 - xn[0] @ chosen.T).min(dim=1).values
+        gaps[order[0, :step]] = -1
+        assert int(gaps.argmax()) == int(order[0, step])
 
 
 def test_random_draws_a_uniform_subset():

@@ -132,6 +132,50 @@ def test_vision_site_keeps_the_same_positions_in_both_towers() -> None:
     assert torch.equal(out[:, :, vb.featurizer.embed_dim :], x)
 
 
+@pytest.mark.parametrize("method", ["saliency", "diverse"])
+def test_vision_site_scores_with_a_reducers_strategy_on_the_cut_blocks_output(method: str) -> None:
+    """A registered selection strategy at the vision site keeps exactly what it keeps on the scoring tower's
+    patch tokens after the cut block (prefix dropped)."""
+    from prismatic_tr.reducers import TokenReducer
+
+    vla = tiny()
+    vb = vla.vision_backbone
+    px = make_inputs(vla)["pixel_values"]
+    dino = vb.featurizer
+    block = reduction_block(len(dino.blocks), 0.5)
+    with torch.no_grad():
+        x = dino.norm_pre(dino.patch_drop(dino._pos_embed(dino.patch_embed(px[:, :3]))))
+        for b in dino.blocks[: block + 1]:
+            x = b(x)
+        reducer = TokenReducer(method=method, reduction_ratio=0.25, num_prefix_tokens=dino.num_prefix_tokens)
+        reducer(x)
+    apply_token_reduction_to_vla(vla, method, 0.25, site="vision", depth_fraction=0.5)
+    try:
+        with torch.no_grad():
+            vb(px)
+        assert torch.equal(get_token_reduction(vla).selection.last_indices, reducer.last_indices)
+        assert vla.config.token_reduction["method"] == method
+    finally:
+        remove_token_reduction(vla)
+
+
+def test_vision_site_random_draws_again_after_reseed() -> None:
+    vla = tiny()
+    px = make_inputs(vla)["pixel_values"]
+    apply_token_reduction_to_vla(vla, "random", 0.25, site="vision", depth_fraction=0.5, seed=3)
+    handle = get_token_reduction(vla)
+    try:
+        with torch.no_grad():
+            first = (vla.vision_backbone(px), handle.last_kept)[1]
+            second = (vla.vision_backbone(px), handle.last_kept)[1]
+            handle.reseed()
+            again = (vla.vision_backbone(px), handle.last_kept)[1]
+    finally:
+        remove_token_reduction(vla)
+    assert not torch.equal(first, second) and torch.equal(first, again)
+    assert torch.all(first.diff(dim=1) > 0)
+
+
 def test_llm_site_cached_decode_equals_no_cache_recomputation() -> None:
     vla = tiny()
     inp = make_inputs(vla, length=10)
@@ -183,7 +227,7 @@ def test_projector_and_vision_share_a_slot() -> None:
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(site="vision", method="topk_magnitude"), "method='topk_magnitude' is not allowed at site 'vision'"),
+    (dict(site="vision", method="spatial_pool"), "method='spatial_pool' is not allowed at site 'vision'"),
     (dict(site="vision", depth_fraction=1.0), "depth_fraction=1.0"),
     (dict(site="llm", depth_fraction=0.0), "depth_fraction=0.0"),
     (dict(site="llm", reduction_ratio=0.0), "reduction_ratio=0.0"),

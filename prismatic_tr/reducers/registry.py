@@ -85,6 +85,13 @@ def available_methods() -> list[str]:
     return sorted(_STRATEGIES)
 
 
+def selection_methods() -> list[str]:
+    """Registered strategies that keep a subset of tokens by a per-token score (``Strategy.score``), sorted:
+    the ones a site that selects tokens itself (the ``vision`` site) can use."""
+    _load_builtin()
+    return sorted(name for name, s in _STRATEGIES.items() if s.score is not None)
+
+
 def _load_builtin() -> None:
     # Importing the package registers the built-in strategies; this keeps registry usable on its own.
     import prismatic_tr.reducers.strategies  # noqa: F401

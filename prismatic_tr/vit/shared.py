@@ -11,10 +11,12 @@ tower, at the same fraction of its depth:
 * every other tower gathers the same patch indices after its own block.
 
 The blocks after it run on the kept tokens only; the towers' outputs (patch tokens of block ``depth - 2``,
-prefix dropped) are then (B, K, D_i) and concatenate as before. Scores: ``"attention"`` (EViT): the attention
+prefix dropped) are then (B, K, D_i) and concatenate as before. Built-in scores: ``"attention"`` (EViT): the attention
 the next block's query row pays each patch (the CLS row, or the mean query without a CLS token, as in
 :mod:`prismatic_tr.vit.topk`); ``"norm"``: the L2 norm of the patch features. Static shapes, no host sync; the
-hooks change no parameter and are removed exactly.
+hooks change no parameter and are removed exactly. Any registered selection strategy of
+:mod:`prismatic_tr.reducers` (``saliency``, ``diverse``, ``random``, ...) scores too, on the patch tokens that
+block put out (prefix dropped).
 """
 
 from __future__ import annotations
@@ -27,12 +29,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.reducers.config import check_fraction, num_kept
+from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
+from prismatic_tr.reducers.random_stream import KeyStream
+from prismatic_tr.reducers.registry import get_strategy, selection_methods
 from prismatic_tr.reducers.strategies.selection import gather_rows, gather_tokens, top_indices_after_prefix
 from prismatic_tr.vit.attention import check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
-SCORINGS = ("attention", "norm")
+SCORINGS = ("attention", "norm")  # the towers' own scores; any registered selection strategy is allowed too
+
+
+def scorings() -> tuple[str, ...]:
+    """Every scoring a shared selection accepts: :data:`SCORINGS`, then the reducers' selection strategies."""
+    return SCORINGS + tuple(m for m in selection_methods() if m not in SCORINGS)
 
 
 def reduction_block(depth: int, depth_fraction: float) -> int:
@@ -44,17 +53,18 @@ def reduction_block(depth: int, depth_fraction: float) -> int:
 @dataclass
 class SharedSelectionConfig:
     """depth_fraction in (0, 1): where (fraction of the blocks a tower runs); keep_ratio in (0, 1]: patches
-    kept; scoring: one of :data:`SCORINGS`."""
+    kept; scoring: one of :func:`scorings`; seed: of a scoring that draws at random (``random``)."""
 
     depth_fraction: float
     keep_ratio: float
     scoring: str = "attention"
+    seed: int = 0
 
     def __post_init__(self) -> None:
         check_fraction("depth_fraction", self.depth_fraction, closed_high=False, what="a fraction of the depth")
         check_fraction("keep_ratio", self.keep_ratio, what="the fraction of patches kept")
-        if self.scoring not in SCORINGS:
-            raise ValueError(f"scoring={self.scoring!r} is not allowed; use one of {SCORINGS}")
+        if self.scoring not in scorings():
+            raise ValueError(f"scoring={self.scoring!r} is not allowed; use one of {scorings()}")
 
 
 def _query_keys(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,9 +74,16 @@ def _query_keys(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return attn.q_norm(q), attn.k_norm(k)
 
 
-def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str) -> torch.Tensor:
-    """(B, P + N, C) output of ``tower.blocks[block]`` -> (B, N) importance of the patch tokens."""
+def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str | ReducerConfig,
+                 key: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, P + N, C) output of ``tower.blocks[block]`` -> (B, N) importance of the patch tokens.
+
+    ``scoring``: "attention" or "norm", or the :class:`ReducerConfig` of a registered selection strategy, which
+    scores the patch tokens (its ``reduction_ratio`` the fraction kept; ``key`` a 0-d int64 key when the
+    strategy draws at random)."""
     p = tower.num_prefix_tokens
+    if isinstance(scoring, ReducerConfig):
+        return get_strategy(scoring.method).score(x[:, p:], scoring, key)
     if scoring == "norm" or block + 1 >= len(tower.blocks):
         return torch.linalg.vector_norm(x[:, p:], dim=-1, dtype=torch.float32)
     nxt = tower.blocks[block + 1]
@@ -89,6 +106,9 @@ class SharedSelectionHandle:
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
         self.last_indices: torch.Tensor | None = None
+        self._scoring: str | ReducerConfig = config.scoring if config.scoring in SCORINGS else ReducerConfig(
+            method=config.scoring, reduction_ratio=config.keep_ratio)
+        self._keys = KeyStream(config.seed) if draws_at_random(config.scoring) else None
         self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
             zip(self.towers, self.blocks, strict=True))]
 
@@ -98,7 +118,8 @@ class SharedSelectionHandle:
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
             p = tower.num_prefix_tokens
             if tower_index == 0:
-                scores = patch_scores(tower, block, out, self.config.scoring)
+                key = self._keys.next_key() if self._keys is not None else None
+                scores = patch_scores(tower, block, out, self._scoring, key)
                 positions = top_indices_after_prefix(scores, self.kept, p)
                 self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
                 if self.on_select is not None:
@@ -110,6 +131,11 @@ class SharedSelectionHandle:
             return gather_rows(out, self.last_indices, p)
 
         return hook
+
+    def reseed(self) -> None:
+        """Restart a random scoring's draws from the configured seed (nothing for the others)."""
+        if self._keys is not None:
+            self._keys.reseed(self.config.seed)
 
     def remove(self) -> None:
         """Detach the hooks. Safe to call twice."""
@@ -123,6 +149,11 @@ class SharedSelectionHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def draws_at_random(scoring: str) -> bool:
+    """True when ``scoring`` is a reducers strategy that draws a fresh random key per call (``random``)."""
+    return scoring not in SCORINGS and get_strategy(scoring).uses_key
 
 
 def check_towers(towers: Sequence[nn.Module]) -> None:
@@ -142,13 +173,13 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 
 def apply_shared_selection(
     towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention",
-    on_select: Callable[[torch.Tensor], None] | None = None,
+    on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
 
     Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
     ``VisionTransformer``-like, or towers whose patch grids differ.
     """
-    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring)
+    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring, seed)
     check_towers(towers)
     return SharedSelectionHandle(towers, config, on_select)

@@ -29,11 +29,12 @@ from typing import Any
 
 from prismatic_tr.reducers import ReducerConfig
 from prismatic_tr.reducers.config import check_fraction
+from prismatic_tr.vit.shared import scorings
 
 CONFIG_KEY = "token_reduction"
 SITES = ("projector", "vision", "llm")
 POSITIONS = ("original", "compact")
-SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": ("attention", "norm"), "llm": ("attention",)}
+SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": scorings(), "llm": ("attention",)}
 DEFAULT_METHODS = {"projector": "topk_magnitude", "vision": "attention", "llm": "attention"}
 DEFAULT_DEPTH_FRACTION = 0.25
 

@@ -22,11 +22,13 @@ def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def top_indices_after_prefix(scores: torch.Tensor, k: int, num_prefix: int) -> torch.Tensor:
     """(B, N) patch scores -> (B, P + k) positions in the sequence [P prefix tokens, N patches]: the prefix
-    first, then the ``k`` best patches (shifted by P), ascending. The prefix is given an infinite score and
-    selected with the patches (pad, topk, sort: no separate index arithmetic)."""
+    first, then the ``k`` best patches (shifted by P), ascending. The prefix is given the highest score of the
+    scores' kind (inf, or 2**62 above ``random``'s int64 scores, which are below 2**32) and selected with the patches (pad,
+    topk, sort: no separate index arithmetic)."""
     if not num_prefix:
         return top_indices(scores, k)
-    return top_indices(torch.nn.functional.pad(scores, (num_prefix, 0), value=float("inf")), k + num_prefix)
+    top = float("inf") if scores.is_floating_point() else float(2**62)  # int64's max does not survive a float
+    return top_indices(torch.nn.functional.pad(scores, (num_prefix, 0), value=top), k + num_prefix)
 
 
 def gather_tokens(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,12 @@ class VisionSiteHandle(BackboneSlotHandle):
             self._chosen.append(indices)  # bound as a hook argument
 
         self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.reduction_ratio, s.method,
-                                                on_select=on_select)
+                                                on_select=on_select, seed=s.seed)
+
+    def reseed(self) -> None:
+        """Restart a random selection's draws from the settings' seed."""
+        if self.selection is not None:
+            self.selection.reseed()
 
     def _remove_site(self) -> None:
         self.selection.remove()
