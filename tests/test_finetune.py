@@ -20,12 +20,15 @@ from prismatic_tr.models import ActionTokenizer, load_vla  # noqa: E402
 from prismatic_tr.reducers import num_kept  # noqa: E402
 from prismatic_tr.training import FinetuneConfig, TokenReductionConfig, action_metrics, finetune  # noqa: E402
 from prismatic_tr.training.distributed import init_distributed  # noqa: E402
-from prismatic_tr.training.loop import build_loader, optimizer_step, prepare  # noqa: E402
+from prismatic_tr.training.loop import build_loader, optimizer_step, prepare, run  # noqa: E402
 from prismatic_tr.vla import (  # noqa: E402
+    TokenReductionSettings,
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
+    attach_token_reduction,
     get_token_reduction,
 )
+from prismatic_tr.vla.settings import DEFAULT_DEPTH_FRACTION, DEFAULT_METHODS  # noqa: E402
 from vla_scripts.finetune import main  # noqa: E402
 
 N_PATCHES = 256  # tiny preset: 224 px, patch 14
@@ -68,6 +71,8 @@ def test_metrics_slice_by_visual_token_count(k):
         action_metrics(logits, labels, k + 1, tok)
 
 
+LLM_REFUSED = r"site='llm' cannot be fine-tuned: the llm site prunes .* generation prefill only.*Fine-tune with site 'projector' or 'vision'"
+
 # --- config validation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -83,9 +88,16 @@ def test_metrics_slice_by_visual_token_count(k):
         ({"token_reduction": {"method": "topk_magnitude", "reduction_ratio": 1.5}}, "1.5"),
         ({"max_steps": 10, "stop_at_step": 11}, r"stop_at_step=11 is not allowed; use an integer in \[1, max_steps=10\]"),
         ({"stop_at_step": 0}, "stop_at_step=0"),
+        ({"token_reduction": {"site": "bogus"}}, r"site='bogus' is not allowed; use one of"),
+        ({"token_reduction": {"site": "vision", "depth_fraction": 1.0}}, r"depth_fraction=1.0 is not allowed; .* \(0, 1\)"),
+        ({"token_reduction": {"site": "vision", "positions": "shifted"}}, r"positions='shifted' is not allowed at site 'vision'"),
+        ({"token_reduction": {"site": "vision", "method": "topk_magnitude"}}, "not allowed at site 'vision'"),
+        ({"token_reduction": {"method": "topk_magnitude", "depth_fraction": 0.25}}, "goes with site 'vision' or 'llm'"),
+        ({"token_reduction": {"site": "llm"}}, LLM_REFUSED),
     ],
 )
 def test_config_rejects_bad_values(kwargs, match):
+    """Bad values, the llm site included, fail in ``__post_init__``, naming the value and what is allowed."""
     with pytest.raises(ValueError, match=match):
         FinetuneConfig(**kwargs)
 
@@ -93,6 +105,21 @@ def test_config_rejects_bad_values(kwargs, match):
 def test_reduction_config_defaults_to_none():
     assert not TokenReductionConfig().enabled and TokenReductionConfig().settings() is None
     assert TokenReductionConfig(method="none").method is None
+    assert not TokenReductionConfig(site="vision", method="none").enabled
+
+
+def test_reduction_config_takes_the_sites_defaults_and_names_the_run():
+    """A site without a method takes the site's default method (read from prismatic_tr.vla.settings) and depth;
+    the run name says site, method, depth and positions."""
+    vision = TokenReductionConfig(site="vision", reduction_ratio=0.25)
+    assert (vision.method, vision.depth_fraction) == (DEFAULT_METHODS["vision"], DEFAULT_DEPTH_FRACTION)
+    assert vision.settings() == TokenReductionSettings.for_site("vision", reduction_ratio=0.25)
+    assert TokenReductionConfig(method="spatial_pool").site == "projector"
+    assert TokenReductionConfig(site="projector").method == DEFAULT_METHODS["projector"]
+    cfg = FinetuneConfig(token_reduction={"site": "vision", "method": "norm", "depth_fraction": 0.5,
+                                          "reduction_ratio": 0.25, "positions": "compact"})
+    assert cfg.exp_id().endswith("+tr-vision-norm-d0.5-compact-0.25")
+    assert FinetuneConfig(token_reduction={"method": "random", "reduction_ratio": 0.5}).exp_id().endswith("+tr-random-0.5")
 
 
 # --- bad input through the script: clear message, exit status 2, before any training ----------------
@@ -103,6 +130,10 @@ BAD_CLI = [
     (["--dataset_name", NO_ACTION_SPEC.dataset_name], "lack action"),
     (["--use_quantization", "true", "--use_lora", "false"], "needs use_lora=True"),
     (["--token_reduction.method", "bogus"], "bogus"),
+    (["--token_reduction.site", "llm"], LLM_REFUSED),
+    (["--token_reduction.site", "bogus"], "site='bogus' is not allowed"),
+    (["--token_reduction.site", "vision", "--token_reduction.depth_fraction", "0"], "depth_fraction=0.0 is not allowed"),
+    (["--token_reduction.site", "vision", "--token_reduction.positions", "shifted"], "positions='shifted'"),
     (["--batch_size", "49"], "batch_size=49 does not fit: the split has 48 steps"),
     (["--batch_size", "0"], "batch_size=0"),
     (["--vla_path", "/nonexistent/dir"], "vla_path='/nonexistent/dir' does not exist"),
@@ -123,17 +154,21 @@ def test_cli_rejects_bad_input(paths, tmp_path, capsys, extra, match):
 
 # --- training -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("method", [None, "topk_magnitude"])
-def test_loss_falls_on_a_repeated_batch(paths, tmp_path, method):
-    cfg = make_cfg(paths, tmp_path, token_reduction={"method": method, "reduction_ratio": 0.25})
+REDUCTIONS = {"none": {}, "projector": {"method": "topk_magnitude", "reduction_ratio": 0.25},
+              "vision": {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.25}}
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_loss_falls_on_a_repeated_batch(paths, tmp_path, name):
+    cfg = make_cfg(paths, tmp_path, token_reduction=REDUCTIONS[name])
     s = prepare(cfg, init_distributed())
     batch = next(iter(build_loader(cfg, s.plan, s.vla, s.processor, s.info, seed=0)))
     with torch.no_grad():
         k = s.model(**{key: batch[key] for key in ("input_ids", "attention_mask", "pixel_values")}).projector_features.shape[1]
-    assert k == (num_kept(N_PATCHES, 0.25) if method else N_PATCHES)
+    assert k == (num_kept(N_PATCHES, 0.25) if REDUCTIONS[name] else N_PATCHES)
     losses = [float(optimizer_step(s.model, itertools.repeat(batch), s.optimizer, 1, s.info.device,
                                    s.action_tokenizer)["loss"]) for _ in range(5)]
-    print(f"repeated-batch losses (method={method}): {[round(x, 4) for x in losses]}")
+    print(f"repeated-batch losses ({name}): {[round(x, 4) for x in losses]}")
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < losses[0] - 0.05 and all(b < a for a, b in zip(losses, losses[1:], strict=False))
 
@@ -192,6 +227,34 @@ def test_checkpoint_reloads_with_reduction_and_resumes(paths, tmp_path):
     resumed = finetune(make_cfg(paths, tmp_path, max_steps=2, resume_from=ckpt.parent / "step_000001",
                                 token_reduction={"method": "topk_magnitude", "reduction_ratio": 0.25}))
     assert resumed.start_step == 1 and [r["step"] for r in resumed.history] == [2.0]
+
+
+@pytest.mark.parametrize("use_lora", [True, False])
+def test_vision_site_checkpoint_reloads_as_the_trained_policy(paths, tmp_path, use_lora):
+    """Fine-tune with the vision site, reload the checkpoint (``load_vla`` + ``apply_token_reduction_from_config``):
+    the same setting (site, method, depth, positions) and the trained model's logits, fp32-tight."""
+    cfg = make_cfg(paths, tmp_path, max_steps=2, use_lora=use_lora,
+                   token_reduction={"site": "vision", "depth_fraction": 0.5, "reduction_ratio": 0.25})
+    assert "+tr-vision-attention-d0.5-0.25" in cfg.exp_id()
+    s = prepare(cfg, init_distributed())
+    result = run(s)
+    vla, processor = load_vla(result.last_checkpoint)
+    assert vla.config.token_reduction == cfg.token_reduction.settings().to_dict()
+    handle = apply_token_reduction_from_config(vla)
+    assert handle.settings == cfg.token_reduction.settings() and handle.settings.positions == "original"
+    assert handle.cut == get_token_reduction(s.vla).cut  # the same blocks on the same towers
+
+    img = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    inputs = processor("In: What action should the robot take to open the drawer?\nOut:", img)
+    s.model.eval()
+    with torch.no_grad():
+        trained, reloaded = s.model(**inputs), vla(**inputs)
+    assert reloaded.projector_features.shape[1] == num_kept(N_PATCHES, 0.25)
+    torch.testing.assert_close(reloaded.logits, trained.logits, atol=1e-5, rtol=1e-5)
+    base, _ = load_vla(cfg.vla_path)
+    attach_token_reduction(base, cfg.token_reduction.settings())
+    with torch.no_grad():  # training did change the weights: the untrained model differs under the same setting
+        assert (base(**inputs).logits[:, -1] - trained.logits[:, -1]).abs().max() > 1e-3
 
 
 def test_stop_at_step_stops_the_run_with_the_schedule_kept(paths, tmp_path):

@@ -2,12 +2,15 @@
 
     python vla_scripts/finetune.py --vla_path <checkpoint dir> --data_root_dir <dir> --dataset_name <name> \\
         --token_reduction.method topk_magnitude --token_reduction.reduction_ratio 0.5
+    python vla_scripts/finetune.py ... --token_reduction.site vision --token_reduction.depth_fraction 0.25 \\
+        --token_reduction.reduction_ratio 0.25                  # inside the towers (the site's default method)
     torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
 
 Every check (arguments, dataset directory / split / keys, vla_path, batch size, quantization) runs before
 training; a failure prints ``finetune.py: error: <reason>`` and exits with status 2. Checkpoints go to
 ``<run_root_dir>/<exp_id>/checkpoints/{latest|step_N}``; load one with ``prismatic_tr.models.load_vla`` and
-re-apply its reduction with ``prismatic_tr.vla.apply_token_reduction_from_config``.
+re-apply its reduction (site, method, depth, positions) with ``prismatic_tr.vla.apply_token_reduction_from_config``.
+``--token_reduction.site llm`` is refused: that site prunes generation prefills only, so it would train unreduced.
 """
 
 from __future__ import annotations

@@ -17,42 +17,81 @@ LR_SCHEDULES = ("constant", "cosine")
 COSINE_FLOOR = 0.1  # the cosine schedule ends at this fraction of the learning rate
 
 
+NO_REDUCTION = ("", "none", "null")  # method words that turn the reduction off
+
+
 @dataclass
 class TokenReductionConfig:
-    """Visual token reduction applied during fine-tuning (and saved with every checkpoint).
+    """Visual token reduction attached during fine-tuning and saved with every checkpoint
+    (``vla.config.token_reduction``), so the checkpoint reloads as the policy it was trained as.
 
-    ``method`` None (default) trains without reduction; otherwise one of ``prismatic_tr.reducers``'
-    registered methods (e.g. "topk_magnitude", "spatial_pool", "random").
+    Off by default. Naming a ``site`` or a ``method`` turns it on: ``site`` None is "projector", ``method`` None
+    is the site's default (``prismatic_tr.vla.settings.DEFAULT_METHODS``); ``method`` "none" turns it off. The
+    fields are ``prismatic_tr.vla.TokenReductionSettings``', which validates them; after ``__post_init__``
+    ``site``, ``method`` and ``depth_fraction`` hold what runs. Site "llm" is refused (:func:`refuse_llm_site`).
     """
 
-    method: str | None = None           # None = no reduction
+    # fmt: off
+    site: str | None = None             # projector | vision (llm is refused); None: projector when a method is named
+    method: str | None = None           # None: the site's default method (off when no site is named); "none": off
     reduction_ratio: float = 0.5        # fraction of patch tokens kept
-    spatial_merge_size: int = 2         # window side for spatial methods
+    spatial_merge_size: int = 2         # window side for spatial methods (projector site)
+    depth_fraction: float | None = None  # vision site: fraction of the towers' blocks before the cut; None: its default
+    positions: str = "original"         # original (a kept token keeps its unreduced position) | compact
+    num_queries: int = 4                # llm site only
     keep_cls_token: bool = True         # protect prefix tokens (CLS, registers) if the backbone emits them
     seed: int = 0                       # for random selection methods
+    # fmt: on
 
     def __post_init__(self) -> None:
-        if self.method is not None and str(self.method).lower() in ("", "none", "null"):
-            self.method = None
-        self.settings()  # validates method / ratio / merge size via prismatic_tr.vla
+        if self.method is not None and str(self.method).lower() in NO_REDUCTION:
+            self.method, self.site = None, None
+        settings = self.settings()  # validates every field via prismatic_tr.vla (ValueError naming the value)
+        if settings is not None:
+            refuse_llm_site(settings.site)
+            self.site, self.method, self.depth_fraction = settings.site, settings.method, settings.depth_fraction
 
     @property
     def enabled(self) -> bool:
-        return self.method is not None
+        return self.method is not None or self.site is not None
 
     def settings(self) -> Any:
         """The ``prismatic_tr.vla.TokenReductionSettings`` for this config, or None when disabled."""
-        if self.method is None:
+        if not self.enabled:
             return None
         from prismatic_tr.vla import TokenReductionSettings
 
-        return TokenReductionSettings(
-            method=self.method,
-            reduction_ratio=self.reduction_ratio,
-            spatial_merge_size=self.spatial_merge_size,
-            keep_cls_token=self.keep_cls_token,
-            seed=self.seed,
+        return TokenReductionSettings.for_site(
+            self.site or "projector", self.method, reduction_ratio=self.reduction_ratio,
+            spatial_merge_size=self.spatial_merge_size, keep_cls_token=self.keep_cls_token, seed=self.seed,
+            depth_fraction=self.depth_fraction, num_queries=self.num_queries, positions=self.positions,
         )
+
+    def run_name(self) -> str:
+        """The run-name part: ``tr-<method>-<ratio>`` at the projector, ``tr-<site>-<method>-d<depth>-<ratio>``
+        elsewhere, ``-compact`` inserted before the ratio with compact positions."""
+        parts = ["tr"] + ([] if self.site == "projector" else [str(self.site)]) + [str(self.method)]
+        if self.depth_fraction is not None:
+            parts.append(f"d{self.depth_fraction:g}")
+        if self.positions == "compact":
+            parts.append("compact")
+        return "-".join(parts + [f"{self.reduction_ratio}"])
+
+
+def refuse_llm_site(site: str) -> None:
+    """ValueError for fine-tuning with site "llm": it would train the unreduced model."""
+    if site != "llm":
+        return
+    from prismatic_tr.vla import SITES
+
+    others = " or ".join(repr(s) for s in SITES if s != "llm")
+    raise ValueError(
+        "token_reduction.site='llm' cannot be fine-tuned: the llm site prunes the visual tokens of a generation "
+        "prefill only, and a training forward (labels, teacher forcing) runs every visual token, so the model would "
+        f"train unreduced. Fine-tune with site {others} (they reduce in training exactly as at inference), or "
+        "fine-tune without reduction and attach the llm site after loading with "
+        "prismatic_tr.vla.apply_token_reduction_to_vla(vla, site='llm', ...)"
+    )
 
 
 # follows OpenVLA c8f03f48 vla-scripts/finetune.py FinetuneConfig (MIT, see NOTICE): field names and the run-name
@@ -164,7 +203,8 @@ class FinetuneConfig:
         return min(self.lora_rank, 16)
 
     def exp_id(self) -> str:
-        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+<reduction>]."""
+        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+tr-<reduction>]
+        (:meth:`TokenReductionConfig.run_name`)."""
         parts = [Path(str(self.vla_path)).name, self.dataset_name, f"b{self.batch_size * self.grad_accumulation_steps}",
                  f"lr-{self.learning_rate}"]
         if self.use_lora:
@@ -174,7 +214,7 @@ class FinetuneConfig:
         if self.freeze_vision_backbone:
             parts.append("frozen-vision")
         if self.token_reduction.enabled:
-            parts.append(f"tr-{self.token_reduction.method}-{self.token_reduction.reduction_ratio}")
+            parts.append(self.token_reduction.run_name())
         if self.run_id_note:
             parts.append(self.run_id_note)
         return "+".join(parts)

@@ -11,10 +11,9 @@ from torch import nn
 from prismatic_tr.models import load_vla
 from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
 from prismatic_tr.training.quantization import quantize_linears
-from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
+from prismatic_tr.vla import attach_token_reduction, get_token_reduction, remove_token_reduction
 
 logger = logging.getLogger(__name__)
-
 
 
 def load_base(vla_path: str, dtype: torch.dtype, device: str | torch.device = "cpu") -> tuple[nn.Module, Any]:
@@ -40,15 +39,16 @@ def prompt_suffix_ids(vla: nn.Module) -> tuple[int, ...]:
 
 
 def set_token_reduction(vla: nn.Module, cfg: TokenReductionConfig) -> None:
-    """Attach ``cfg``'s reduction to ``vla`` (settings land in ``vla.config.token_reduction``), or remove any."""
+    """Attach ``cfg``'s reduction to ``vla`` at its site (settings land in ``vla.config.token_reduction``, so every
+    checkpoint carries them), or remove any the checkpoint carried when ``cfg`` is off."""
     settings = cfg.settings()
     if settings is None:
         if get_token_reduction(vla) is not None or getattr(vla.config, "token_reduction", None):
-            logger.info("token_reduction.method is None: dropping the reduction the checkpoint carried")
+            logger.info("token_reduction is off: dropping the reduction the checkpoint carried")
             remove_token_reduction(vla)
             vla.config.token_reduction = None
         return
-    apply_token_reduction_to_vla(vla, **settings.to_dict())
+    attach_token_reduction(vla, settings)
 
 
 def all_linear_names(model: nn.Module) -> list[str]:
