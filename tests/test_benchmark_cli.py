@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from prismatic_tr.reducers import available_methods
 from vla_scripts import benchmark
 
 
@@ -168,10 +169,11 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     assert cfg.settings == benchmark.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
     assert (cfg.num_runs, cfg.warmup) == (5, 1)
     full = benchmark.parse_config(["--full", "true"])
-    assert full.methods == ["topk_magnitude", "attention_score", "random", "spatial_pool"]
+    assert full.methods == benchmark.DEFAULT_METHODS
+    assert set(full.methods) == set(available_methods()), "--full runs every registered projector method"
     assert full.policy_episodes == 100 and (full.num_runs, full.warmup) == (10, 2)
     assert set(benchmark.FULL_SITE_SETTINGS) < set(full.settings)
-    assert "random:0.1:compact" in full.settings and "vision:norm:0.25@0.25:compact" in full.settings
+    assert "random:0.1:compact" in full.settings and "vision:diverse:0.25@0.25:compact" in full.settings
     assert not any(s.startswith("llm:") and s.endswith(":compact") for s in full.settings)
     # a flag given overrides the profile's value
     assert benchmark.parse_config(["--full", "true", "--policy_episodes", "7"]).policy_episodes == 7

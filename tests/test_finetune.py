@@ -91,7 +91,7 @@ LLM_REFUSED = r"site='llm' cannot be fine-tuned: the llm site prunes .* generati
         ({"token_reduction": {"site": "bogus"}}, r"site='bogus' is not allowed; use one of"),
         ({"token_reduction": {"site": "vision", "depth_fraction": 1.0}}, r"depth_fraction=1.0 is not allowed; .* \(0, 1\)"),
         ({"token_reduction": {"site": "vision", "positions": "shifted"}}, r"positions='shifted' is not allowed at site 'vision'"),
-        ({"token_reduction": {"site": "vision", "method": "topk_magnitude"}}, "not allowed at site 'vision'"),
+        ({"token_reduction": {"site": "vision", "method": "spatial_pool"}}, "not allowed at site 'vision'"),
         ({"token_reduction": {"method": "topk_magnitude", "depth_fraction": 0.25}}, "goes with site 'vision' or 'llm'"),
         ({"token_reduction": {"site": "llm"}}, LLM_REFUSED),
     ],
@@ -235,7 +235,7 @@ def test_vision_site_checkpoint_reloads_as_the_trained_policy(paths, tmp_path, u
     the same setting (site, method, depth, positions) and the trained model's logits, fp32-tight."""
     cfg = make_cfg(paths, tmp_path, max_steps=2, use_lora=use_lora,
                    token_reduction={"site": "vision", "depth_fraction": 0.5, "reduction_ratio": 0.25})
-    assert "+tr-vision-attention-d0.5-0.25" in cfg.exp_id()
+    assert f"+tr-vision-{DEFAULT_METHODS['vision']}-d0.5-0.25" in cfg.exp_id()
     s = prepare(cfg, init_distributed())
     result = run(s)
     vla, processor = load_vla(result.last_checkpoint)

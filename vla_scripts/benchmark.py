@@ -49,21 +49,24 @@ from prismatic_tr.bench.measure.devices import resolve_device
 from prismatic_tr.bench.measure.devices import resolve_dtype as _resolve_dtype
 from vla_scripts.cli import EXIT_BAD_INPUT, EXIT_NOISY, parse_config_or_exit
 
-DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
-# The main job: what a user needs to see the trade-off, each position rule where it matters.
+# --full's projector methods: every registered reducer (the seed design's four and the selections measured since).
+DEFAULT_METHODS = ["diverse", "salient_diverse", "saliency", "topk_magnitude", "attention_score", "random",
+                   "spatial_pool"]
+# The main job: what a user needs to see the trade-off: the default selection at both sites and the keeps that
+# matter, a seed-design scorer and random for reference, compact numbering once, and the llm site.
 MAIN_SETTINGS = [
-    "random:0.5", "random:0.5:compact",
-    "vision:norm:0.5@0.25", "vision:norm:0.25@0.25", "vision:norm:0.25@0.25:compact", "vision:norm:0.1@0.25",
+    "diverse:0.25", "diverse:0.1", "topk_magnitude:0.25", "random:0.25",
+    "vision:diverse:0.25@0.25", "vision:diverse:0.25@0.25:compact", "vision:diverse:0.1@0.25",
     "llm:attention:0.5@0.25",
 ]
 # --full: reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
 FULL_SITE_SETTINGS = [
     "spatial_pool:4x4",
-    "vision:attention:0.5@0.25", "vision:attention:0.25@0.25", "vision:attention:0.1@0.25",
-    "vision:norm:0.5@0.25", "vision:norm:0.25@0.25", "vision:norm:0.1@0.25",
-    "vision:norm:0.25@0.5", "vision:norm:0.25@0.125",
+    *(f"vision:{m}:{k}@0.25" for m in ("diverse", "salient_diverse", "saliency", "norm", "attention", "random")
+      for k in (0.5, 0.25, 0.1)),
+    "vision:diverse:0.25@0.5", "vision:diverse:0.25@0.1",
     "llm:attention:0.5@0.25", "llm:attention:0.25@0.25",
-    "vision:norm:0.25@0.25+llm:attention:0.5@0.25", "vision:norm:0.25@0.125+llm:attention:0.5@0.125",
+    "vision:diverse:0.25@0.25+llm:attention:0.5@0.25", "vision:diverse:0.25@0.1+llm:attention:0.5@0.125",
 ]
 # Each profile's values for the flags a user leaves unset.
 PROFILES: dict[str, dict[str, Any]] = {

@@ -1,7 +1,7 @@
 """Token reduction for OpenVLA policies: the public API that robot code imports.
 
     from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla
-    vla = apply_token_reduction_to_vla(vla, method="topk_magnitude", reduction_ratio=0.5)
+    vla = apply_token_reduction_to_vla(vla, reduction_ratio=0.25)   # the measured default method ("diverse")
     action = vla.predict_action(**inputs, unnorm_key="bridge_orig", do_sample=False)
 
 Everything here is a re-export of :mod:`prismatic_tr`; see its modules for the details.

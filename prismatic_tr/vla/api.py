@@ -83,10 +83,11 @@ def apply_token_reduction_to_vla(
 ) -> nn.Module:
     """Reduce ``vla``'s visual tokens at ``site`` (see :mod:`prismatic_tr.vla.settings`); returns ``vla`` itself.
 
-    site "projector" (default): between the vision backbone and the projector, ``method`` one of the reducers
-    (default ``topk_magnitude``); "vision": inside the vision towers after ``depth_fraction`` of their depth
-    (``method`` "attention" (default) or "norm"); "llm": inside the language model before layer
-    ``round(depth_fraction * layers)`` of the prefill (``method`` "attention"). ``reduction_ratio`` is the fraction
+    site "projector" (default): between the vision backbone and the projector, ``method`` one of the reducers;
+    "vision": inside the vision towers after ``depth_fraction`` of their depth (``method`` "attention", "norm" or a
+    selecting reducer such as "diverse"); "llm": inside the language model before layer
+    ``round(depth_fraction * layers)`` of the prefill (``method`` "attention"). ``method`` None takes the site's
+    measured default (``prismatic_tr.vla.settings.DEFAULT_METHODS``). ``reduction_ratio`` is the fraction
     of visual tokens kept. ``positions``: "original" (default) gives every token the sequence position it has
     without reduction; "compact" (projector / vision only) renumbers the kept tokens (v0.2's behaviour). Works on
     the native model, OpenVLA's Hugging Face model (remote code) and OpenVLA-OFT's (not the llm site), wrapped by

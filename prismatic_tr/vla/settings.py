@@ -8,7 +8,7 @@ deep ones: ``vision`` at 0.25 cuts after 2 of the bundled policy's 5 tower block
 * ``projector``: between the vision backbone and the projector (``method`` one of the reducers, ``reduction_ratio``
   kept, ``spatial_merge_size`` for ``spatial_pool``);
 * ``vision``: inside the vision towers after ``depth_fraction`` of each tower's blocks, one selection shared by the
-  towers (``method`` "attention" or "norm", ``reduction_ratio`` kept);
+  towers (``method`` "attention", "norm" or any selecting reducer, e.g. "diverse"; ``reduction_ratio`` kept);
 * ``llm``: inside the language model before layer ``round(depth_fraction * layers)`` of the prefill (``method``
   "attention": what the last ``num_queries`` prompt positions attend to; ``reduction_ratio`` kept).
 
@@ -35,7 +35,9 @@ CONFIG_KEY = "token_reduction"
 SITES = ("projector", "vision", "llm")
 POSITIONS = ("original", "compact")
 SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": scorings(), "llm": ("attention",)}
-DEFAULT_METHODS = {"projector": "topk_magnitude", "vision": "attention", "llm": "attention"}
+# Measured on the bundled policy's validation split (benchmarks/results/selection/): the max-min cover keeps the
+# small objects the task names, where the seed design's topk_magnitude / attention_score keep the background.
+DEFAULT_METHODS = {"projector": "diverse", "vision": "diverse", "llm": "attention"}
 DEFAULT_DEPTH_FRACTION = 0.25
 
 
@@ -50,7 +52,7 @@ class TokenReductionSettings:
     positions: "original" or "compact" (module docstring); the llm site always keeps the original positions.
     """
 
-    method: str = "topk_magnitude"
+    method: str = DEFAULT_METHODS["projector"]
     reduction_ratio: float = 0.5
     spatial_merge_size: int = 2
     keep_cls_token: bool = True
