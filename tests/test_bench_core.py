@@ -365,3 +365,17 @@ def test_bench_packages_import_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(["prismatic_tr.bench", "prismatic_tr.bench.measure", "prismatic_tr.bench.vit",
                                "prismatic_tr.bench.vla"])
+
+
+def test_auto_dtype_is_bf16_only_where_the_device_computes_it_in_hardware(monkeypatch) -> None:
+    from prismatic_tr.bench.measure import devices
+
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    amx = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
+    assert not devices.cpu_has_native_bf16(avx2) and devices.cpu_has_native_bf16(amx)
+    assert not devices.cpu_has_native_bf16("")
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda cpuinfo=None: False)
+    assert devices.fast_dtype(torch.device("cpu")) == torch.float32
+    assert devices.fast_dtype(torch.device("cuda")) == torch.bfloat16
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    assert devices.fast_dtype(torch.device("cpu")) == torch.bfloat16

@@ -167,7 +167,7 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.5, 0.25, 0.1] and cfg.methods == []
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
     assert cfg.settings == benchmark.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
-    assert (cfg.num_runs, cfg.warmup) == (5, 1)
+    assert (cfg.num_runs, cfg.warmup) == (3, 1)
     full = benchmark.parse_config(["--full", "true"])
     assert full.methods == benchmark.DEFAULT_METHODS
     assert set(full.methods) == set(available_methods()), "--full runs every registered projector method"
