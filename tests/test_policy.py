@@ -226,7 +226,7 @@ def test_eval_offline_cli(trained: dict, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv, match", [
     (["--episodes", "0"], "--episodes 0"),
-    (["--settings", "vision:topk_magnitude:0.5@0.3"], "not allowed at site 'vision'"),
+    (["--settings", "vision:spatial_pool:0.5@0.3"], "not allowed at site 'vision'"),
     (["--ratios", "1.5"], "1.5"),
     (["--vla_path", "/nonexistent"], "not a checkpoint directory"),
     (["--seed", "0"], "overlap demonstrations (0-499,999)"),  # evaluating on training layouts
