@@ -29,3 +29,10 @@ done
 LAST=$(ls -d "$RUN"checkpoints/step_* | sort | tail -1)
 $PY vla_scripts/eval_policy.py --vla_path "$LAST" --split test --episodes 100 --methods "[]" --settings "$SPEC" \
   --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_test"
+# Ship a checkpoint (chosen on the validation curve): INSTALL_STEP=300 INSTALL_DIR=prismatic_tr/assets/<name>
+if [ -n "${INSTALL_STEP:-}" ] && [ -n "${INSTALL_DIR:-}" ]; then
+  SRC="$RUN"checkpoints/step_$(printf %06d "$INSTALL_STEP")
+  mkdir -p "$INSTALL_DIR"
+  cp "$SRC"/{config.json,model.safetensors,dataset_statistics.json,preprocessor_config.json,tokenizer.json,tokenizer_config.json} "$INSTALL_DIR"/
+  echo "installed $SRC -> $INSTALL_DIR"
+fi
