@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Fine-tune the bundled tabletop policy with a reduction setting attached (LoRA), then measure success on the
-# validation split at every checkpoint (the curve) and on the test split at the last one.
-#   bash scripts/finetune_reduced.sh vision diverse 0.1 0.25 1200 300     # site method keep depth steps save_every
-# Writes outputs/finetune_reduced/<site>-<method>-<keep>[-<depth>]/: demonstrations (the recipe's 3000, seeds
-# 0-2999 of the demonstration split), the run's checkpoints, eval_val_step_<N>/ and eval_test/.
+# Fine-tune the bundled tabletop policy with a reduction setting attached (LoRA, self-distilled from the unreduced
+# policy), measure success on the validation split at every checkpoint (the curve), choose the best checkpoint on
+# validation, and measure it once on the test split.
+#   bash scripts/finetune_reduced.sh vision diverse 0.1 0.25 1600 400     # site method keep depth steps save_every
+#   bash scripts/finetune_reduced.sh projector diverse 0.1 none 1600 400
+# Environment: DISTILL (distillation weight, default 1; 0 = behaviour cloning only), LR (5e-4), SCHEDULE (cosine),
+# VAL_EPISODES (100), DATA (demonstrations dir), PYTHON, SKIP_TRAINING (1: only evaluate a finished run),
+# ONPOLICY (N > 0: train on N on-policy episodes, seeds 3000 on of the demonstrations split, driven by the reduced
+# policy and labelled by the unreduced one: vla_scripts/make_onpolicy_data.py; 0: on the demonstrations).
+# Writes outputs/finetune_reduced/<site>-<method>-<keep>[-<depth>][-bc | -d<DISTILL> unless 1][-onpolicy]/: the run's checkpoints, eval_val_<step>/,
+# chosen.txt, adapter/ (the chosen one as shipped) and eval_test/ (its test success). Demonstrations: the recipe's 3000 (seeds 0-2999 of the demonstration split).
+# Ship the chosen adapter: INSTALL_DIR=prismatic_tr/assets/adapters/<name> (prismatic_tr/policy/adapters.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SITE=${1:?site}; METHOD=${2:?method}; KEEP=${3:?keep}; DEPTH=${4:-none}; STEPS=${5:-1200}; EVERY=${6:-300}
-PY=${PYTHON:-.venv/bin/python}
-NAME="$SITE-$METHOD-$KEEP$([ "$DEPTH" != none ] && echo "-$DEPTH")"
+SITE=${1:?site}; METHOD=${2:?method}; KEEP=${3:?keep}; DEPTH=${4:-none}; STEPS=${5:-1600}; EVERY=${6:-400}
+PY=${PYTHON:-.venv/bin/python}; DISTILL=${DISTILL:-1}; LR=${LR:-5e-4}; SCHEDULE=${SCHEDULE:-cosine}
+VAL_EPISODES=${VAL_EPISODES:-100}; ONPOLICY=${ONPOLICY:-0}
+NAME="$SITE-$METHOD-$KEEP"
+if [ "$DEPTH" != none ]; then NAME="$NAME-$DEPTH"; fi
+if [ "$DISTILL" = 0 ]; then NAME="$NAME-bc"; elif [ "$DISTILL" != 1 ]; then NAME="$NAME-d$DISTILL"; fi
+if [ "$ONPOLICY" != 0 ]; then NAME="$NAME-onpolicy"; fi
 OUT=outputs/finetune_reduced/$NAME
 DATA=${DATA:-outputs/finetune_reduced/data}
 if [ ! -f "$DATA/tabletop_pick/demos.json" ]; then
@@ -16,23 +27,50 @@ if [ ! -f "$DATA/tabletop_pick/demos.json" ]; then
 fi
 DEPTH_FLAG=(); SPEC="$METHOD:$KEEP"
 if [ "$SITE" = vision ]; then DEPTH_FLAG=(--token_reduction.depth_fraction "$DEPTH"); SPEC="vision:$METHOD:$KEEP@$DEPTH"; fi
-$PY vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_policy --data_root_dir "$DATA" \
+if [ "${SKIP_TRAINING:-0}" = 0 ]; then  # SKIP_TRAINING=1: evaluate, choose and install a finished run
+START=$(date +%s); mkdir -p "$OUT"
+TRAIN_DATA=("$DATA")
+if [ "$ONPOLICY" != 0 ]; then  # DAgger-style: the reduced policy drives, the unreduced one labels (counts as training)
+  $PY vla_scripts/make_onpolicy_data.py --setting "$SPEC" --num_episodes "$ONPOLICY" --seed 3000 \
+    --output_dir "$OUT/onpolicy_data" --num_threads 2 2>&1 | tee "$OUT/onpolicy.log"
+  TRAIN_DATA=("$OUT/onpolicy_data" --norm_stats_from_vla true)
+fi
+$PY vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_policy --data_root_dir "${TRAIN_DATA[@]}" \
   --dataset_name tabletop_pick --token_reduction.site "$SITE" --token_reduction.method "$METHOD" \
   --token_reduction.reduction_ratio "$KEEP" "${DEPTH_FLAG[@]}" --batch_size 16 --max_steps "$STEPS" \
-  --save_steps "$EVERY" --save_latest_checkpoint_only false --learning_rate 5e-4 --lora_rank 32 \
-  --shuffle_buffer_size 20000 --seed 7 --run_root_dir "$OUT/runs" --progress_bar false --log_every 50
+  --save_steps "$EVERY" --save_latest_checkpoint_only false --learning_rate "$LR" --lr_schedule "$SCHEDULE" \
+  --lora_rank 32 --distill_weight "$DISTILL" --shuffle_buffer_size 20000 --seed 7 --run_root_dir "$OUT/runs" \
+  --progress_bar false --log_every 50 2>&1 | tee "$OUT/training.log"
+echo "training wall: $(( $(date +%s) - START )) s" | tee "$OUT/training_wall.txt"
+fi
 RUN=$(ls -d "$OUT"/runs/*/ | head -1)
 for CKPT in "$RUN"checkpoints/step_*; do
-  $PY vla_scripts/eval_policy.py --vla_path "$CKPT" --split validation --episodes 100 --methods "[]" \
+  $PY vla_scripts/eval_policy.py --vla_path "$CKPT" --split validation --episodes "$VAL_EPISODES" --methods "[]" \
     --settings "$SPEC" --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_val_$(basename "$CKPT")"
 done
-LAST=$(ls -d "$RUN"checkpoints/step_* | sort | tail -1)
-$PY vla_scripts/eval_policy.py --vla_path "$LAST" --split test --episodes 100 --methods "[]" --settings "$SPEC" \
+# the checkpoint with the highest validation success under the setting (the earliest among equals)
+CHOSEN=$($PY - "$OUT" "$RUN" <<'PYEOF'
+import json, pathlib, sys
+out, run = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+rates = {}
+for f in sorted(out.glob("eval_val_step_*/results.json")):
+    rows = [r for r in json.loads(f.read_text())["records"] if r["setting"] != "none"]
+    rates[f.parent.name.removeprefix("eval_val_")] = rows[0]["success_rate"]
+best = max(rates, key=lambda k: (rates[k], -int(k.split("_")[1])))
+print(run / "checkpoints" / best)
+PYEOF
+)
+echo "$CHOSEN" > "$OUT/chosen.txt"; echo "chosen on validation: $CHOSEN"
+# the chosen adapter as it ships (float16 weights), measured once on the test split
+$PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter"
+$PY vla_scripts/eval_policy.py --adapter "$OUT/adapter" --split test --episodes 100 --methods "[]" --settings "$SPEC" \
   --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_test"
-# Ship a checkpoint (chosen on the validation curve): INSTALL_STEP=300 INSTALL_DIR=prismatic_tr/assets/<name>
-if [ -n "${INSTALL_STEP:-}" ] && [ -n "${INSTALL_DIR:-}" ]; then
-  SRC="$RUN"checkpoints/step_$(printf %06d "$INSTALL_STEP")
-  mkdir -p "$INSTALL_DIR"
-  cp "$SRC"/{config.json,model.safetensors,dataset_statistics.json,preprocessor_config.json,tokenizer.json,tokenizer_config.json} "$INSTALL_DIR"/
-  echo "installed $SRC -> $INSTALL_DIR"
+$PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter" --results "$OUT"
+if [ -n "${INSTALL_DIR:-}" ]; then
+  mkdir -p "$INSTALL_DIR" && cp "$OUT"/adapter/* "$INSTALL_DIR"/ && echo "installed -> $INSTALL_DIR"
 fi
+# the records, committed: benchmarks/results/finetune_reduced/<name>/
+REC=benchmarks/results/finetune_reduced/$NAME; mkdir -p "$REC"
+for D in "$OUT"/eval_val_step_* "$OUT/eval_test"; do cp "$D/results.json" "$REC/$(basename "$D").json"; done
+grep "prismatic_tr.training: step" "$OUT/training.log" > "$REC/training.log" || true
+cp "$OUT/training_wall.txt" "$OUT/chosen.txt" "$OUT/adapter/record.json" "$REC"/

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from prismatic_tr.bench.measure.ops import count_kernel_ops, find_host_syncs
 from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept, selection_methods
-from prismatic_tr.reducers.strategies.diverse import max_min_order
 from prismatic_tr.reducers.random_stream import KeyStream
+from prismatic_tr.reducers.strategies.diverse import max_min_order
 
 GREEDY = ["diverse", "salient_diverse"]  # K steps of max-min selection
 SELECTING = ["topk_magnitude", "attention_score", "random", "saliency", *GREEDY]

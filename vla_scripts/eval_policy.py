@@ -41,6 +41,8 @@ DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"
 class EvalPolicyConfig:
     # fmt: off
     vla_path: str | None = None             # checkpoint directory (default: the bundled tabletop policy)
+    adapter: str | None = None              # a LoRA adapter merged into it first: a shipped name or a directory
+                                            #   (prismatic_tr.policy.adapters; its setting is not attached)
     episodes: int = 100                     # episodes per setting
     split: str = "validation"               # seed split of the episodes (validation | test | ...; envs.splits)
     seed: int | None = None                 # first episode seed, inside the split (default: the split's first)
@@ -84,6 +86,10 @@ class EvalPolicyConfig:
             from prismatic_tr.policy.bundled import bundled_policy_dir
 
             bundled_policy_dir()
+        if self.adapter is not None:
+            from prismatic_tr.policy.adapters import adapter_dir
+
+            adapter_dir(self.adapter)
 
     def to_meta(self) -> dict[str, Any]:
         return {f.name: (str(getattr(self, f.name)) if isinstance(getattr(self, f.name), Path) else getattr(self, f.name))
@@ -102,7 +108,13 @@ def load(cfg: EvalPolicyConfig) -> tuple[Any, Any, str, str]:
 
     path = cfg.vla_path or str(bundled_policy_dir())
     try:
-        vla, processor = load_vla(path)
+        if cfg.adapter is not None:
+            from prismatic_tr.policy.adapters import load_adapted_policy
+
+            vla, processor = load_adapted_policy(cfg.adapter, base=path, apply_reduction=False)
+            path = f"{path} + adapter {cfg.adapter}"
+        else:
+            vla, processor = load_vla(path)
         stats = sorted(getattr(vla, "norm_stats", None) or {})
         key = cfg.unnorm_key or (UNNORM_KEY if UNNORM_KEY in stats else (stats[0] if len(stats) == 1 else None))
         if key not in stats:

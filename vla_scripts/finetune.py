@@ -4,6 +4,7 @@
         --token_reduction.method topk_magnitude --token_reduction.reduction_ratio 0.5
     python vla_scripts/finetune.py ... --token_reduction.site vision --token_reduction.depth_fraction 0.25 \\
         --token_reduction.reduction_ratio 0.25                  # inside the towers (the site's default method)
+    python vla_scripts/finetune.py ... --distill_weight 1.0    # + KL to the unreduced vla_path at the action tokens
     torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
 
 Every check (arguments, dataset directory / split / keys, vla_path, batch size, quantization) runs before

@@ -74,7 +74,7 @@ def evaluation_record(outcomes: Sequence[EpisodeOutcome], split: str | None = No
             "failed_seeds": failed}
 
 
-def _policy_step(vla: nn.Module, processor: object, envs: list[TabletopEnv], images: list[np.ndarray],
+def policy_actions(vla: nn.Module, processor: object, envs: list[TabletopEnv], images: list[np.ndarray],
                  unnorm_key: str) -> np.ndarray:
     """(n, 7) actions for the episodes' current images, one batched predict_action."""
     inputs = processor([build_prompt(e.instruction) for e in envs], images)
@@ -106,7 +106,7 @@ def run_episodes(
         running = list(range(len(envs)))
         done: dict[int, EpisodeOutcome] = {}
         while running:
-            actions = _policy_step(vla, processor, [envs[i] for i in running], [images[i] for i in running],
+            actions = policy_actions(vla, processor, [envs[i] for i in running], [images[i] for i in running],
                                    unnorm_key)
             still = []
             for i, action in zip(running, actions, strict=True):

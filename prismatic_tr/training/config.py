@@ -123,6 +123,9 @@ class FinetuneConfig:
     grad_accumulation_steps: int = 1                        # micro-batches per optimizer step
     image_aug: bool = False                                 # random resized crop + colour jitter
     shuffle_buffer_size: int = 100_000                      # tf.data shuffle buffer (steps)
+    norm_stats_from_vla: bool = False                       # normalise actions with vla_path's own statistics for
+                                                            #   dataset_name, not the data's (more data of the
+                                                            #   policy's own task, e.g. make_onpolicy_data.py)
     save_latest_checkpoint_only: bool = True                # overwrite one checkpoint instead of one per save
     max_length: int | None = None                           # cut token sequences to this length (None: no cut)
     freeze_vision_backbone: bool = False                    # the towers keep their weights (Prismatic's frozen-
@@ -138,6 +141,9 @@ class FinetuneConfig:
 
     # Token reduction (no reduction by default)
     token_reduction: TokenReductionConfig = field(default_factory=TokenReductionConfig)
+    distill_weight: float = 0.0                             # > 0: add this x KL(unreduced vla_path || trained
+                                                            #   model) at the action tokens (training/distill.py)
+    distill_temperature: float = 1.0                        # softens both distributions for that KL
 
     # Logging
     log_every: int = 10                                     # console log interval (optimizer steps)
@@ -178,6 +184,10 @@ class FinetuneConfig:
             raise ValueError(f"max_length={self.max_length} must be >= 2 or None")
         if isinstance(self.token_reduction, dict):
             self.token_reduction = TokenReductionConfig(**self.token_reduction)
+        if isinstance(self.distill_weight, bool) or not self.distill_weight >= 0:
+            raise ValueError(f"distill_weight={self.distill_weight!r} is not allowed; use a number >= 0 (0 = off)")
+        if not self.distill_temperature > 0:
+            raise ValueError(f"distill_temperature={self.distill_temperature!r} is not allowed; use a number > 0")
 
     @property
     def last_step(self) -> int:
@@ -203,7 +213,7 @@ class FinetuneConfig:
         return min(self.lora_rank, 16)
 
     def exp_id(self) -> str:
-        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+tr-<reduction>]
+        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+tr-<reduction>][+distill-w]
         (:meth:`TokenReductionConfig.run_name`)."""
         parts = [Path(str(self.vla_path)).name, self.dataset_name, f"b{self.batch_size * self.grad_accumulation_steps}",
                  f"lr-{self.learning_rate}"]
@@ -215,6 +225,8 @@ class FinetuneConfig:
             parts.append("frozen-vision")
         if self.token_reduction.enabled:
             parts.append(self.token_reduction.run_name())
+        if self.distill_weight > 0:
+            parts.append(f"distill-{self.distill_weight:g}")
         if self.run_id_note:
             parts.append(self.run_id_note)
         return "+".join(parts)

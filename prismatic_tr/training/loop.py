@@ -79,14 +79,15 @@ def forward_with_metrics(
     use_bf16: bool | None = None, aux_loss: AuxLoss | None = None,
 ) -> dict[str, torch.Tensor]:
     """One forward (bf16 autocast when ``use_bf16``; default: on a GPU) -> {"loss", "action_accuracy",
-    "action_l1"} as tensors (and "aux_loss" with ``aux_loss``, which sees the hidden states: the forward then
-    returns them, and the loss is the action loss plus it).
+    "action_l1"} as tensors (and "aux_loss" with ``aux_loss``, which sees the hidden states unless it sets
+    ``needs_hidden_states = False``; the loss is the action loss plus it).
 
     The logits are sliced with ``projector_features.shape[1]``, the real (possibly reduced) visual token count.
     """
     use_bf16 = device.type == "cuda" if use_bf16 is None else use_bf16
     batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-    extra = {"output_hidden_states": True} if aux_loss is not None else {}
+    wants_hidden = aux_loss is not None and getattr(aux_loss, "needs_hidden_states", True)
+    extra = {"output_hidden_states": True} if wants_hidden else {}
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
         out = model(
             input_ids=batch["input_ids"],
@@ -263,10 +264,25 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
     return result
 
 
+def distillation_for(session: Session) -> AuxLoss | None:
+    """The self-distillation loss ``cfg.distill_weight`` asks for (teacher: ``cfg.vla_path`` loaded again, every
+    reduction removed), or None when the weight is 0."""
+    cfg, info = session.cfg, session.info
+    if not cfg.distill_weight > 0:
+        return None
+    from prismatic_tr.training.distill import Distillation
+    from prismatic_tr.training.model import build_teacher
+
+    teacher = build_teacher(cfg, info.device, session.vla.dtype)
+    return Distillation(teacher, session.action_tokenizer, weight=cfg.distill_weight,
+                        temperature=cfg.distill_temperature, use_bf16=cfg.autocast(info.device))
+
+
 def finetune(cfg: FinetuneConfig) -> TrainResult:
     """Run a fine-tuning job (single process, or one rank under torchrun)."""
     info = init_distributed()
     try:
-        return run(prepare(cfg, info))
+        session = prepare(cfg, info)
+        return run(session, aux_loss=distillation_for(session))
     finally:
         cleanup(info)

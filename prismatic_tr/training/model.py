@@ -51,6 +51,19 @@ def set_token_reduction(vla: nn.Module, cfg: TokenReductionConfig) -> None:
     attach_token_reduction(vla, settings)
 
 
+def build_teacher(cfg: FinetuneConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """``cfg.vla_path`` loaded again, without any reduction (one it carried is removed), frozen, in eval mode: the
+    teacher of :class:`prismatic_tr.training.distill.Distillation`. Quantized like the student when asked."""
+    vla, _ = load_base(cfg.vla_path, dtype=dtype, device="cpu")
+    if cfg.use_quantization:
+        quantize_linears(vla, cfg.quantization_bits, device, compute_dtype=dtype)
+    vla.to(device)
+    set_token_reduction(vla, TokenReductionConfig())
+    for p in vla.parameters():
+        p.requires_grad_(False)
+    return vla.eval()
+
+
 def all_linear_names(model: nn.Module) -> list[str]:
     """peft's ``target_modules="all-linear"`` for any nn.Module: every Linear except the output embeddings.
 

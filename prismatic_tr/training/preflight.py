@@ -52,8 +52,20 @@ def check_batch_fits(batch_size: int, world_size: int, num_transitions: int) -> 
         )
 
 
+def vla_action_statistics(vla_path: str, dataset_name: str) -> dict[str, Any]:
+    """The action statistics ``vla_path`` normalises ``dataset_name`` with (its ``dataset_statistics.json``);
+    ValueError naming the keys it has when it has none for that dataset."""
+    path = Path(str(vla_path)) / "dataset_statistics.json"
+    saved = load_dataset_statistics(path) if path.is_file() else {}
+    if dataset_name not in saved:
+        raise ValueError(f"norm_stats_from_vla=True needs action statistics for dataset {dataset_name!r} in "
+                         f"{str(path)!r}; it has {sorted(saved)}")
+    return saved[dataset_name]["action"]
+
+
 def plan_data(cfg: FinetuneConfig, world_size: int) -> DataPlan:
-    """Open and validate the dataset, get its statistics (from the resume checkpoint or the data), check batch."""
+    """Open and validate the dataset, get its statistics (from the resume checkpoint or the data; the action
+    statistics from ``vla_path`` with ``norm_stats_from_vla``), check batch."""
     source = RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split)
     stats: dict[str, Any] | None = None
     if cfg.resume_from is not None:
@@ -62,6 +74,8 @@ def plan_data(cfg: FinetuneConfig, world_size: int) -> DataPlan:
         stats = saved if cfg.dataset_name in saved else None
     if stats is None:
         stats = compute_dataset_statistics(cfg.dataset_name, source.iter_actions(), source.num_episodes)
+        if cfg.norm_stats_from_vla:
+            stats[cfg.dataset_name]["action"] = vla_action_statistics(cfg.vla_path, cfg.dataset_name)
     n = int(stats[cfg.dataset_name]["num_transitions"])
     check_batch_fits(cfg.batch_size, world_size, n)
     return DataPlan(source, stats, n)
