@@ -4,6 +4,8 @@
 # validation, and measure it once on the test split.
 #   bash scripts/finetune_reduced.sh vision diverse 0.1 0.25 1600 400     # site method keep depth steps save_every
 #   bash scripts/finetune_reduced.sh projector diverse 0.1 none 1600 400
+#   bash scripts/finetune_reduced.sh vision learned 0.1 0.25 1600 400    # + a scorer trained with the policy
+# Every evaluation runs the setting the checkpoint carries (eval_policy.py --settings own: a learned scorer as trained).
 # Environment: DISTILL (distillation weight, default 1; 0 = behaviour cloning only), LR (5e-4), SCHEDULE (cosine),
 # VAL_EPISODES (100), DATA (demonstrations dir), PYTHON, SKIP_TRAINING (1: only evaluate a finished run),
 # ONPOLICY (N > 0: train on N on-policy episodes, seeds 3000 on of the demonstrations split, driven by the reduced
@@ -46,7 +48,7 @@ fi
 RUN=$(ls -d "$OUT"/runs/*/ | head -1)
 for CKPT in "$RUN"checkpoints/step_*; do
   $PY vla_scripts/eval_policy.py --vla_path "$CKPT" --split validation --episodes "$VAL_EPISODES" --methods "[]" \
-    --settings "$SPEC" --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_val_$(basename "$CKPT")"
+    --settings own --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_val_$(basename "$CKPT")"
 done
 # the checkpoint with the highest validation success under the setting (the earliest among equals)
 CHOSEN=$($PY - "$OUT" "$RUN" <<'PYEOF'
@@ -63,7 +65,7 @@ PYEOF
 echo "$CHOSEN" > "$OUT/chosen.txt"; echo "chosen on validation: $CHOSEN"
 # the chosen adapter as it ships (float16 weights), measured once on the test split
 $PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter"
-$PY vla_scripts/eval_policy.py --adapter "$OUT/adapter" --split test --episodes 100 --methods "[]" --settings "$SPEC" \
+$PY vla_scripts/eval_policy.py --adapter "$OUT/adapter" --split test --episodes 100 --methods "[]" --settings own \
   --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_test"
 $PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter" --results "$OUT"
 if [ -n "${INSTALL_DIR:-}" ]; then

@@ -10,6 +10,8 @@ joined with ``+``; see ``prismatic_tr.bench.vla.specs``). The same seeds for eve
     python vla_scripts/eval_policy.py --methods topk_magnitude --ratios 0.25 --settings vision:attention:0.25@0.3
     python vla_scripts/eval_policy.py --split test --episodes 200 --methods "[]" --output_dir outputs/eval_test
         # the unreduced policy alone on the held-out test split
+    python vla_scripts/eval_policy.py --adapter vision-learned-0.1-0.25 --split test --methods "[]" --settings own
+        # a shipped adapter under the setting it was trained with (its learned scorer included)
 
 Writes ``results.csv``, ``results.json`` and ``results.png`` (success against speedup) into ``--output_dir``
 with the columns method, site, reduction_ratio, depth_fraction, num_patches, llm_visual_tokens, success_rate,
@@ -27,6 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -34,6 +37,7 @@ import torch
 from vla_scripts.cli import parse_config_or_exit
 
 PROG = "eval_policy.py"
+OWN = "own"  # --settings own: the setting the checkpoint or adapter carries (a learned scorer included)
 DEFAULT_METHODS = ["topk_magnitude", "attention_score", "random", "spatial_pool"]
 
 
@@ -49,7 +53,8 @@ class EvalPolicyConfig:
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))  # projector-site methods
     ratios: list[float] = field(default_factory=lambda: [0.5, 0.25, 0.1])      # fractions of tokens kept
     spatial_merge_size: list[int] = field(default_factory=lambda: [2])         # spatial_pool windows
-    settings: list[str] = field(default_factory=list)  # further specs (vision / llm sites, combinations)
+    settings: list[str] = field(default_factory=list)  # further specs (vision / llm sites, combinations); "own":
+                                            #   the setting --vla_path / --adapter carries
     unnorm_key: str | None = None           # action statistics key (default: the model's only one)
     min_objects: int = 3                    # task: objects per scene (the task's default, 3-5)
     max_objects: int = 5
@@ -77,7 +82,8 @@ class EvalPolicyConfig:
         self.task = TaskConfig(min_objects=self.min_objects, max_objects=self.max_objects)
         settings = build_settings(self.methods, self.ratios, self.spatial_merge_size) if self.methods else \
             build_settings([], [1.0])
-        self.setting_list = list(dict.fromkeys(settings + [parse_setting(s) for s in self.settings]))
+        self.setting_list = list(dict.fromkeys(settings + [self._own_setting() if s.strip() == OWN else
+                                                            parse_setting(s) for s in self.settings]))
         if self.vla_path is not None:
             path = Path(self.vla_path)
             if not (path / "config.json").is_file():
@@ -90,6 +96,28 @@ class EvalPolicyConfig:
             from prismatic_tr.policy.adapters import adapter_dir
 
             adapter_dir(self.adapter)
+
+    def _own_setting(self) -> Any:
+        """``--settings own``: the setting ``--adapter`` (its token_reduction.json) or ``--vla_path`` (its config)
+        carries; ValueError when neither is given or it carries none."""
+        import json
+
+        from prismatic_tr.bench.vla.specs import setting_of
+        from prismatic_tr.vla import read_settings
+
+        if self.adapter is not None:
+            from prismatic_tr.policy.adapters import read_adapter
+
+            stored, source = read_adapter(self.adapter)[0], f"--adapter {self.adapter!r}"
+        elif self.vla_path is not None and (Path(self.vla_path) / "config.json").is_file():
+            config = json.loads((Path(self.vla_path) / "config.json").read_text())
+            stored, source = config.get("token_reduction"), f"--vla_path {self.vla_path!r}"
+        else:
+            raise ValueError(f"--settings {OWN} needs --vla_path (a checkpoint directory) or --adapter")
+        try:
+            return setting_of(read_settings(SimpleNamespace(token_reduction=stored)))
+        except ValueError as err:
+            raise ValueError(f"--settings {OWN}: {source}: {err}") from None
 
     def to_meta(self) -> dict[str, Any]:
         return {f.name: (str(getattr(self, f.name)) if isinstance(getattr(self, f.name), Path) else getattr(self, f.name))

@@ -15,16 +15,26 @@ is written under a temporary name and renamed into place, so a crash never leave
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
 from prismatic_tr.data.statistics import save_dataset_statistics
-from prismatic_tr.training.config import FinetuneConfig
+from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
 from prismatic_tr.training.model import load_base, set_token_reduction
+from prismatic_tr.vla import (
+    TokenReductionSettings,
+    attach_token_reduction,
+    current_token_reduction,
+    get_token_reduction,
+    read_settings,
+)
 
 STATE_FILE = "trainer_state.pt"
 
@@ -41,12 +51,20 @@ def set_norm_stats(vla: nn.Module, stats: dict[str, Any]) -> None:
     vla.config.norm_stats = merged
 
 
-def merge_on_cpu(cfg: FinetuneConfig, adapter_dir: Path, dtype: torch.dtype) -> nn.Module:
-    """Fresh base weights on the CPU + the saved adapter, merged into plain Linear layers."""
+def merge_on_cpu(cfg: FinetuneConfig, adapter_dir: Path, dtype: torch.dtype,
+                 reductions: Sequence[TokenReductionSettings] | None = None) -> nn.Module:
+    """Fresh base weights on the CPU + the saved adapter, merged into plain Linear layers, with ``reductions``
+    attached (default: ``cfg.token_reduction``; the trained model's :func:`current_token_reduction` carries a learned
+    scorer as trained)."""
     from peft import PeftModel
 
     base, _ = load_base(cfg.vla_path, dtype=dtype, device="cpu")
-    set_token_reduction(base, cfg.token_reduction)
+    if reductions is None:
+        set_token_reduction(base, cfg.token_reduction)
+    else:
+        set_token_reduction(base, TokenReductionConfig())
+        for settings in reductions:
+            attach_token_reduction(base, settings)
     return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
 
 
@@ -54,8 +72,9 @@ def _write_merged(
     cfg: FinetuneConfig, model: nn.Module, processor: Any, stats: dict[str, Any], out: Path,
     adapter_dir: Path | None, dtype: torch.dtype,
 ) -> None:
+    live = current_token_reduction(model) if cfg.token_reduction.enabled else []  # also writes model's config
     if cfg.use_lora:
-        merged = merge_on_cpu(cfg, adapter_dir, dtype=dtype)  # type: ignore[arg-type]
+        merged = merge_on_cpu(cfg, adapter_dir, dtype=dtype, reductions=live)  # type: ignore[arg-type]
     else:
         merged = model
     set_norm_stats(merged, stats)
@@ -128,6 +147,26 @@ def restore(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: FinetuneCon
     else:
         from safetensors.torch import load_file
 
-        model.load_state_dict(load_file(str(Path(checkpoint_dir) / "model.safetensors")), strict=True)
+        from prismatic_tr.models.checkpoint import from_checkpoint_key
+
+        saved = load_file(str(Path(checkpoint_dir) / "model.safetensors"))  # OpenVLA's key names (scale_factor)
+        model.load_state_dict({from_checkpoint_key(k): v for k, v in saved.items()}, strict=True)
+    restore_scorer(model, Path(checkpoint_dir))
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"])
+
+
+def restore_scorer(model: nn.Module, checkpoint_dir: Path) -> None:
+    """Put the learned scorer a checkpoint's ``config.json`` holds into ``model``'s live vision site (nothing when
+    the site learns nothing); ValueError when the checkpoint has no scorer of that width."""
+    handle = get_token_reduction(model)
+    if handle is None or not handle.scorer_parameters():
+        return
+    config = json.loads((checkpoint_dir / "config.json").read_text())
+    saved = [s.scorer for s in read_settings(SimpleNamespace(**config)) if s.scorer is not None]
+    if not saved or len(saved[0]) != sum(p.numel() for p in handle.scorer_parameters()):
+        raise ValueError(f"resume_from={str(checkpoint_dir)!r} holds no learned scorer for this run's vision site "
+                         "(config.json token_reduction.scorer)")
+    with torch.no_grad():
+        handle.scorer.weight.copy_(torch.tensor(saved[0][:-1]))
+        handle.scorer.bias.fill_(saved[0][-1])

@@ -22,6 +22,7 @@ from prismatic_tr.data import ActionPromptTransform, ImageAugmentation, PaddedCo
 from prismatic_tr.data.rlds import RLDSSource
 from prismatic_tr.data.statistics import save_dataset_statistics
 from prismatic_tr.models import ActionTokenizer
+from prismatic_tr.reducers.learned import LEARNED
 from prismatic_tr.training import checkpoint as ckpt
 from prismatic_tr.training.config import FinetuneConfig
 from prismatic_tr.training.distributed import DistInfo, barrier, broadcast_object, cleanup, init_distributed
@@ -33,6 +34,7 @@ from prismatic_tr.training.model import (
     wrap_ddp,
 )
 from prismatic_tr.training.preflight import DataPlan, check_vla_path, plan_data
+from prismatic_tr.vla import token_reduction_parameters
 
 logger = logging.getLogger("prismatic_tr.training")
 
@@ -172,13 +174,19 @@ class Session:
 
 
 def prepare(cfg: FinetuneConfig, info: DistInfo) -> Session:
-    """All checks and setup: vla_path, data, statistics, batch size, model, optimizer, resume."""
+    """All checks and setup: vla_path, data, statistics, batch size, model, optimizer (with a learned selection's
+    scorer), resume."""
     check_vla_path(cfg.vla_path)
+    if cfg.token_reduction.method == LEARNED and info.world_size > 1:
+        raise ValueError(f"token_reduction.method={LEARNED!r} trains its scorer outside the DDP-wrapped model, so "
+                         f"its gradients would differ across the {info.world_size} processes; run it in one process")
     plan = _shared_plan(cfg, info)
     torch.manual_seed(cfg.seed + info.rank)
     dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
     inner, processor, vla = build_training_model(cfg, info.device, dtype)
-    optimizer = torch.optim.AdamW(trainable_parameters(inner), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    scorer = token_reduction_parameters(vla)  # a learned selection's scorer trains with the policy
+    optimizer = torch.optim.AdamW(trainable_parameters(inner) + scorer, lr=cfg.learning_rate,
+                                  weight_decay=cfg.weight_decay)
     start = ckpt.restore(inner, optimizer, cfg, Path(cfg.resume_from)) if cfg.resume_from else 0
     vocab, n_bins, _ = vla_info(vla, processor)
     run_dir = Path(cfg.run_root_dir) / cfg.exp_id()

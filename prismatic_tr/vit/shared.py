@@ -16,7 +16,9 @@ the next block's query row pays each patch (the CLS row, or the mean query witho
 :mod:`prismatic_tr.vit.topk`); ``"norm"``: the L2 norm of the patch features. Static shapes, no host sync; the
 hooks change no parameter and are removed exactly. Any registered selection strategy of
 :mod:`prismatic_tr.reducers` (``saliency``, ``diverse``, ``random``, ...) scores too, on the patch tokens that
-block put out (prefix dropped).
+block put out (prefix dropped), and so does ``"learned"`` (:mod:`prismatic_tr.reducers.learned`: the ``diverse``
+cover weighed by a trained scorer, whose straight-through gate multiplies the kept tokens by exactly 1 while
+gradients are on, so that the loss reaches the scorer).
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
+from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import get_strategy, selection_methods
-from prismatic_tr.reducers.strategies.selection import gather_rows, gather_tokens, top_indices_after_prefix
+from prismatic_tr.reducers.strategies.selection import (
+    gather_rows,
+    gather_tokens,
+    take_along,
+    top_indices_after_prefix,
+)
 from prismatic_tr.vit.attention import check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
@@ -40,8 +48,21 @@ SCORINGS = ("attention", "norm")  # the towers' own scores; any registered selec
 
 
 def scorings() -> tuple[str, ...]:
-    """Every scoring a shared selection accepts: :data:`SCORINGS`, then the reducers' selection strategies."""
-    return SCORINGS + tuple(m for m in selection_methods() if m not in SCORINGS)
+    """Every scoring a shared selection accepts: :data:`SCORINGS`, ``"learned"``, then the reducers' selection
+    strategies."""
+    return SCORINGS + (LEARNED,) + tuple(m for m in selection_methods() if m not in SCORINGS)
+
+
+def tower_width(tower: nn.Module) -> int:
+    """The token width C of a timm ViT (``embed_dim``, else its first block's ``norm1`` size)."""
+    width = getattr(tower, "embed_dim", None)
+    return int(width) if isinstance(width, int) else int(tower.blocks[0].norm1.normalized_shape[0])
+
+
+def _gated(x: torch.Tensor, gate: torch.Tensor, num_prefix: int) -> torch.Tensor:
+    """(B, P + K, C) tokens times the (B, K) gate on the patch rows (prefix rows times 1)."""
+    full = torch.nn.functional.pad(gate, (num_prefix, 0), value=1.0) if num_prefix else gate
+    return x * full.unsqueeze(-1).to(x.dtype)
 
 
 def reduction_block(depth: int, depth_fraction: float) -> int:
@@ -100,14 +121,18 @@ class SharedSelectionHandle:
     """
 
     def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
-                 on_select: Callable[[torch.Tensor], None] | None = None) -> None:
+                 on_select: Callable[[torch.Tensor], None] | None = None, scorer: CoverScorer | None = None) -> None:
         self.towers, self.config, self.on_select = list(towers), config, on_select
+        if (scorer is not None) != (config.scoring == LEARNED):
+            raise ValueError(f"scoring={config.scoring!r} with scorer={type(scorer).__name__}: a CoverScorer goes "
+                             f"with scoring {LEARNED!r}, and only with it")
+        self.scorer, self._gate = scorer, None
         self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
         self.last_indices: torch.Tensor | None = None
-        self._scoring: str | ReducerConfig = config.scoring if config.scoring in SCORINGS else ReducerConfig(
-            method=config.scoring, reduction_ratio=config.keep_ratio)
+        self._scoring: str | ReducerConfig = config.scoring if config.scoring in SCORINGS + (LEARNED,) else \
+            ReducerConfig(method=config.scoring, reduction_ratio=config.keep_ratio)
         self._keys = KeyStream(config.seed) if draws_at_random(config.scoring) else None
         self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
             zip(self.towers, self.blocks, strict=True))]
@@ -118,19 +143,35 @@ class SharedSelectionHandle:
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
             p = tower.num_prefix_tokens
             if tower_index == 0:
-                key = self._keys.next_key() if self._keys is not None else None
-                scores = patch_scores(tower, block, out, self._scoring, key)
-                positions = top_indices_after_prefix(scores, self.kept, p)
-                self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
-                if self.on_select is not None:
-                    self.on_select(self.last_indices)
-                return gather_tokens(out, positions)
+                return self._select(tower, block, out)
             if self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
-            return gather_rows(out, self.last_indices, p)
+            kept = gather_rows(out, self.last_indices, p)
+            return kept if self._gate is None else _gated(kept, self._gate, p)
 
         return hook
+
+    def _select(self, tower: nn.Module, block: int, out: torch.Tensor) -> torch.Tensor:
+        """The scoring tower: choose, remember and gather (B, P + N, C) -> (B, P + K, C)."""
+        p = tower.num_prefix_tokens
+        log_weights = None
+        if self.scorer is not None:
+            log_weights = self.scorer.log_weights(out[:, p:])
+            scores = self.scorer.order(out[:, p:], self.kept, log_weights)
+        else:
+            key = self._keys.next_key() if self._keys is not None else None
+            scores = patch_scores(tower, block, out, self._scoring, key)
+        positions = top_indices_after_prefix(scores, self.kept, p)
+        self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
+        if self.on_select is not None:
+            self.on_select(self.last_indices)
+        kept = gather_tokens(out, positions)
+        self._gate = None
+        if log_weights is not None and log_weights.requires_grad:  # training the scorer: the gate carries its loss
+            self._gate = straight_through_gate(take_along(log_weights, self.last_indices))
+            kept = _gated(kept, self._gate, p)
+        return kept
 
     def reseed(self) -> None:
         """Restart a random scoring's draws from the configured seed (nothing for the others)."""
@@ -142,7 +183,7 @@ class SharedSelectionHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self.last_indices = None
+        self.last_indices, self._gate = None, None
 
     def __enter__(self) -> SharedSelectionHandle:
         return self
@@ -153,7 +194,7 @@ class SharedSelectionHandle:
 
 def draws_at_random(scoring: str) -> bool:
     """True when ``scoring`` is a reducers strategy that draws a fresh random key per call (``random``)."""
-    return scoring not in SCORINGS and get_strategy(scoring).uses_key
+    return scoring not in SCORINGS + (LEARNED,) and get_strategy(scoring).uses_key
 
 
 def check_towers(towers: Sequence[nn.Module]) -> None:
@@ -173,13 +214,16 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 
 def apply_shared_selection(
     towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention",
-    on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0,
+    on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0, scorer: CoverScorer | None = None,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
+    ``scorer``: the trained weights of scoring ``"learned"`` (default: zeros, which pick as ``"diverse"``).
 
     Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
     ``VisionTransformer``-like, or towers whose patch grids differ.
     """
     config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring, seed)
     check_towers(towers)
-    return SharedSelectionHandle(towers, config, on_select)
+    if scoring == LEARNED and scorer is None:
+        scorer = CoverScorer(tower_width(towers[0]))
+    return SharedSelectionHandle(towers, config, on_select, scorer)

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from prismatic_tr.vla.locate import find_vision_backbone, images_in_input, original_num_patches
-from prismatic_tr.vla.registry import backbone_handle, llm_handle, set_config_before
+from prismatic_tr.vla.registry import backbone_handle, llm_handle, set_config_before, sync_config
 from prismatic_tr.vla.settings import SITES, TokenReductionSettings, read_settings
 
 
@@ -126,6 +126,25 @@ def remove_token_reduction(vla: nn.Module, site: str | None = None) -> bool:
             handle.remove()
             found = True
     return found
+
+
+def live_handles(vla: nn.Module) -> list[Any]:
+    """The reductions attached to ``vla`` now (backbone slot first, then the llm site)."""
+    info = find_vision_backbone(vla)
+    return [h for h in (backbone_handle(info.backbone), llm_handle(info.model)) if h is not None and not h.removed]
+
+
+def token_reduction_parameters(vla: nn.Module) -> list[nn.Parameter]:
+    """Parameters the attached reductions own (the vision site's "learned" scorer), for the optimizer of a
+    fine-tuning run; they live in no module of ``vla`` and in no ``state_dict``."""
+    return [p for h in live_handles(vla) for p in h.scorer_parameters()]
+
+
+def current_token_reduction(vla: nn.Module) -> list[TokenReductionSettings]:
+    """The attached settings as they stand now (a learned scorer's current values included); also written to
+    ``vla.config.token_reduction``, so a model saved next carries them."""
+    sync_config(find_vision_backbone(vla).model)
+    return [h.snapshot() for h in live_handles(vla)]
 
 
 def apply_token_reduction_from_config(vla: nn.Module) -> Any:

@@ -78,7 +78,7 @@ def sync_config(model: nn.Module) -> None:
     if handles:
         if _CONFIG_BEFORE_ATTR not in model.__dict__:
             model.__dict__[_CONFIG_BEFORE_ATTR] = getattr(config, CONFIG_KEY, _MISSING)
-        dicts = [h.settings.to_dict() for h in handles]
+        dicts = [h.snapshot().to_dict() for h in handles]
         setattr(config, CONFIG_KEY, dicts[0] if len(dicts) == 1 else dicts)
         return
     before = model.__dict__.pop(_CONFIG_BEFORE_ATTR, _MISSING)

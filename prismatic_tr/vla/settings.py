@@ -8,7 +8,8 @@ deep ones: ``vision`` at 0.25 cuts after 2 of the bundled policy's 5 tower block
 * ``projector``: between the vision backbone and the projector (``method`` one of the reducers, ``reduction_ratio``
   kept, ``spatial_merge_size`` for ``spatial_pool``);
 * ``vision``: inside the vision towers after ``depth_fraction`` of each tower's blocks, one selection shared by the
-  towers (``method`` "attention", "norm" or any selecting reducer, e.g. "diverse"; ``reduction_ratio`` kept);
+  towers (``method`` "attention", "norm", any selecting reducer, e.g. "diverse", or "learned", the diverse cover
+  weighed by a scorer trained with the policy, whose weights ``scorer`` holds; ``reduction_ratio`` kept);
 * ``llm``: inside the language model before layer ``round(depth_fraction * layers)`` of the prefill (``method``
   "attention": what the last ``num_queries`` prompt positions attend to; ``reduction_ratio`` kept).
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from prismatic_tr.reducers import ReducerConfig
 from prismatic_tr.reducers.config import check_fraction
+from prismatic_tr.reducers.learned import LEARNED, check_scorer_values
 from prismatic_tr.vit.shared import scorings
 
 CONFIG_KEY = "token_reduction"
@@ -50,6 +52,8 @@ class TokenReductionSettings:
     depth_fraction: vision / llm sites: where, as a fraction of the depth (default 0.25); None for projector.
     num_queries: llm site: how many of the last prompt positions score the visual tokens.
     positions: "original" or "compact" (module docstring); the llm site always keeps the original positions.
+    scorer: method "learned" only: the trained scorer, [w_1 .. w_C, b] for a scoring tower C wide
+        (:mod:`prismatic_tr.reducers.learned`); None: zeros, which pick as "diverse".
     """
 
     method: str = DEFAULT_METHODS["projector"]
@@ -61,6 +65,7 @@ class TokenReductionSettings:
     depth_fraction: float | None = None
     num_queries: int = 4
     positions: str = "original"
+    scorer: list[float] | None = None
 
     def __post_init__(self) -> None:
         if self.site not in SITES:
@@ -72,6 +77,10 @@ class TokenReductionSettings:
             raise ValueError(f"keep_cls_token={self.keep_cls_token!r} is not allowed; use True or False")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r} is not allowed; use an integer")
+        if self.scorer is not None:
+            if self.method != LEARNED:
+                raise ValueError(f"scorer goes with method {LEARNED!r} (site 'vision'), not {self.method!r}")
+            self.scorer = check_scorer_values(self.scorer)
         if self.site == "projector":
             if self.depth_fraction is not None:
                 raise ValueError(f"depth_fraction={self.depth_fraction!r} goes with site 'vision' or 'llm', not 'projector'")

@@ -9,6 +9,8 @@ fraction), optionally combined with further sites (``also``). On the command lin
     llm:attention:0.5@0.25                  inside the LLM before layer round(0.25 * layers), keep 50 %
     vision:attention:0.5@0.3+llm:attention:0.5@0.25      both sites together
     random:0.5:compact                      kept tokens renumbered 1 .. K (v0.2), for comparison
+    own                                     (eval_policy.py) the setting the checkpoint or adapter carries, a
+                                            learned selection's trained scorer included
 
 Light on imports (the reducers and the settings dataclass only), so a command line can validate flags before
 building a model.
@@ -42,6 +44,7 @@ class Setting:
     depth_fraction: float | None = None
     also: tuple[Setting, ...] = ()
     positions: str = "original"
+    scorer: tuple[float, ...] | None = None  # a learned selection's trained scorer (``setting_of`` a checkpoint's)
 
     @property
     def is_baseline(self) -> bool:
@@ -71,8 +74,20 @@ class Setting:
         from prismatic_tr.vla.settings import TokenReductionSettings
 
         return [TokenReductionSettings(p.method, p.reduction_ratio, max(1, p.spatial_merge_size), seed=seed,
-                                       site=p.site, depth_fraction=p.depth_fraction, positions=p.positions)
+                                       site=p.site, depth_fraction=p.depth_fraction, positions=p.positions,
+                                       scorer=list(p.scorer) if p.scorer is not None else None)
                 for p in self.parts]
+
+
+def setting_of(reductions: Sequence[Any]) -> Setting:
+    """The :class:`Setting` of stored :class:`prismatic_tr.vla.TokenReductionSettings` (a checkpoint's
+    ``config.token_reduction``, one per site), a learned scorer's values included; ValueError for none."""
+    if not reductions:
+        raise ValueError("no token reduction is stored there (config.token_reduction is empty)")
+    parts = [Setting(r.method, r.reduction_ratio, r.spatial_merge_size if r.method == POOL_METHOD else 1, r.site,
+                     r.depth_fraction, positions=r.positions, scorer=tuple(r.scorer) if r.scorer else None)
+             for r in reductions]
+    return Setting(**{**parts[0].__dict__, "also": tuple(parts[1:])})
 
 
 def _positions_suffix(p: Setting) -> str:

@@ -20,14 +20,17 @@ from prismatic_tr.reducers.strategies.saliency import mean_dissimilarity
 from prismatic_tr.reducers.strategies.selection import count_by_ratio, register_selection
 
 
-def max_min_order(patches: torch.Tensor, k: int, weight: torch.Tensor | None = None) -> torch.Tensor:
+def max_min_order(patches: torch.Tensor, k: int, weight: torch.Tensor | None = None,
+                  first_key: torch.Tensor | None = None) -> torch.Tensor:
     """Greedy max-min selection: (B, N, D) -> (B, N) fp32 scores whose top ``k`` are the ``k`` tokens picked.
 
     Args:
         patches: (B, N, D) tokens.
         k: tokens to pick, 1 <= k <= N (static).
         weight: (B, N) non-negative per-token weight; a candidate's gain is ``weight * distance to the nearest
-            kept token`` (None: 1). The first pick is the token of highest weight (None: highest saliency).
+            kept token`` (None: 1).
+        first_key: (B, N): the first pick is the token where it is highest (None: ``weight``, or the saliency
+            when there is no weight).
 
     Returns:
         (B, N) scores: ``k - step`` for the token picked at ``step`` (0 .. k - 1), ``-1`` for tokens not picked,
@@ -35,7 +38,8 @@ def max_min_order(patches: torch.Tensor, k: int, weight: torch.Tensor | None = N
     """
     x = torch.nn.functional.normalize(patches.float(), dim=-1)
     b, n, _ = x.shape
-    first_key = weight if weight is not None else mean_dissimilarity(patches)
+    if first_key is None:
+        first_key = weight if weight is not None else mean_dissimilarity(patches)
     pick = first_key.argmax(dim=1)                                   # (B,)
     rows = torch.arange(b, device=x.device)
     scores = torch.full((b, n), -1.0, device=x.device)

@@ -45,6 +45,14 @@ class SiteHandle:
     def remove(self) -> None:
         raise NotImplementedError
 
+    def snapshot(self) -> TokenReductionSettings:
+        """The settings as they stand now (a site that learns, the vision site's "learned", adds its state)."""
+        return self.settings
+
+    def scorer_parameters(self) -> list[nn.Parameter]:
+        """Parameters the site owns and a fine-tuning run trains (none by default)."""
+        return []
+
     def __enter__(self) -> Any:
         return self
 

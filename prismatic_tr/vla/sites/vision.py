@@ -6,19 +6,27 @@ kept patches. OpenVLA-OFT's backbone runs the towers once per image: each image 
 same K. After the backbone's forward the patches each image kept are handed on as positions among the
 unreduced ones (image ``m``'s patch ``i`` at ``m * P + i``). The backbone reports the kept count per image
 (``get_num_patches()``), as with the projector site, in whose slot it sits. No parameter or ``state_dict`` key
-added; ``remove()`` restores the model exactly.
+added to the model; ``remove()`` restores it exactly. Method ``"learned"``: the handle owns the scorer
+(:class:`prismatic_tr.reducers.learned.CoverScorer`, built from ``settings.scorer``); ``scorer_parameters()`` are
+what a fine-tuning run trains with the policy, and :meth:`VisionSiteHandle.snapshot` the settings with the scorer
+as trained, which a checkpoint saves.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+from torch import nn
 
 from prismatic_tr.reducers.config import num_kept
+from prismatic_tr.reducers.learned import LEARNED, CoverScorer
 from prismatic_tr.vit.shared import (
     SharedSelectionHandle,
     apply_shared_selection,
     check_towers,
     reduction_block,
+    tower_width,
 )
 from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
 from prismatic_tr.vla.settings import TokenReductionSettings
@@ -32,8 +40,21 @@ class VisionSiteHandle(BackboneSlotHandle):
         super().__init__(info, settings)
         self.towers = backbone_towers(info.backbone, "the vision site")
         check_towers(self.towers)  # fails now, before anything is changed
+        self.scorer = CoverScorer(tower_width(self.towers[0]), settings.scorer) if settings.method == LEARNED else None
+        if self.scorer is not None:
+            self.scorer.to(next(self.towers[0].parameters()).device)
         self.selection: SharedSelectionHandle | None = None
         self._chosen: list[torch.Tensor] = []
+
+    def scorer_parameters(self) -> list[nn.Parameter]:
+        """The learned scorer's parameters (none for every other method): trained beside the policy."""
+        return list(self.scorer.parameters()) if self.scorer is not None else []
+
+    def snapshot(self) -> TokenReductionSettings:
+        """The settings as they stand now: with method "learned", ``scorer`` holds the scorer's current values."""
+        if self.scorer is None:
+            return self.settings
+        return dataclasses.replace(self.settings, scorer=self.scorer.values())
 
     @property
     def patches_per_image(self) -> int:
@@ -70,7 +91,7 @@ class VisionSiteHandle(BackboneSlotHandle):
             self._chosen.append(indices)  # bound as a hook argument
 
         self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.reduction_ratio, s.method,
-                                                on_select=on_select, seed=s.seed)
+                                                on_select=on_select, seed=s.seed, scorer=self.scorer)
 
     def reseed(self) -> None:
         """Restart a random selection's draws from the settings' seed."""

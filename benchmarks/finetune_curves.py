@@ -1,0 +1,113 @@
+"""Success against fine-tuning steps: the curves of every recorded fine-tuning run under reduction.
+
+Reads the records ``scripts/finetune_reduced.sh`` writes (``benchmarks/results/finetune_reduced/<run>/``:
+``eval_val_step_*.json`` per checkpoint on the validation split, ``eval_test*.json`` on the test split) and the
+training-free figures of the same settings (``benchmarks/results/selection/eval_val_*.json``, ``eval_test.json``,
+step 0 of each curve). Prints one markdown table (validation curve, test rows) and draws ``curves.png``: success
+under the setting and of the same weights unreduced, against optimizer steps, one panel per run.
+
+    python benchmarks/finetune_curves.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+RUNS = RESULTS / "finetune_reduced"
+TRAINING_FREE = {"validation": sorted((RESULTS / "selection").glob("eval_val_*.json")),
+                 "test": [RESULTS / "selection" / "eval_test.json"]}
+
+
+def rates(path: Path) -> dict[str, tuple[float, float, float, int]]:
+    """{setting: (success rate, Wilson low, Wilson high, episodes)} of one eval_policy results file."""
+    data = json.loads(path.read_text())
+    return {r["setting"]: (r["success_rate"], r["success_ci_low"], r["success_ci_high"], r["episodes"])
+            for r in data["records"]}
+
+
+def training_free(setting: str, split: str) -> tuple[float, float, float, int] | None:
+    """The bundled policy's success under ``setting`` before any fine-tuning (None when not recorded)."""
+    for path in TRAINING_FREE[split]:
+        if path.is_file() and setting in (found := rates(path)):
+            return found[setting]
+    return None
+
+
+def run_rows(run: Path) -> dict[str, Any]:
+    """One run's curve: [(step, setting rate, unreduced rate)], its setting and its test rows."""
+    curve, setting = [], None
+    for path in sorted(run.glob("eval_val_step_*.json")):
+        found = rates(path)
+        setting = next(s for s in found if s != "none")
+        step = int(re.search(r"step_(\d+)", path.name).group(1))
+        curve.append((step, found[setting], found.get("none")))
+    tests = {path.stem.removeprefix("eval_test").lstrip("_") or "chosen": rates(path)
+             for path in sorted(run.glob("eval_test*.json"))}
+    return {"name": run.name, "setting": setting, "curve": curve, "tests": tests}
+
+
+def pct(value: tuple[float, float, float, int] | None, interval: bool = False) -> str:
+    if value is None:
+        return ""
+    text = f"{100 * value[0]:.0f} %"
+    return text + (f" ({100 * value[1]:.0f}-{100 * value[2]:.0f})" if interval else "")
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    lines = ["| run | setting | checkpoint | validation, setting | validation, unreduced | test, setting | "
+             "test, unreduced |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        s = r["setting"]
+        lines.append(f"| {r['name']} | `{s}` | training-free | {pct(training_free(s, 'validation'))} | | "
+                     f"{pct(training_free(s, 'test'), True)} | |")
+        for step, val, none in r["curve"]:
+            lines.append(f"| | | step {step} | {pct(val)} | {pct(none)} | | |")
+        for name, found in r["tests"].items():
+            lines.append(f"| | | test: {name} | | | {pct(found.get(s), True)} | {pct(found.get('none'), True)} |")
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], runs, strict=True):
+        start = training_free(r["setting"], "validation")
+        steps = ([0] if start else []) + [c[0] for c in r["curve"]]
+        under = ([start[0]] if start else []) + [c[1][0] for c in r["curve"]]
+        ax.plot(steps, [100 * u for u in under], "o-", label="under the setting")
+        nones = [(c[0], c[2][0]) for c in r["curve"] if c[2] is not None]
+        ax.plot([n[0] for n in nones], [100 * n[1] for n in nones], "s--", label="same weights, unreduced")
+        ax.set_title(f"{r['name']}\n{r['setting']}", fontsize=8)
+        ax.set_xlabel("fine-tuning steps (batch 16)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("success, 100 validation episodes (%)")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Bundled tabletop policy fine-tuned under reduction (validation split)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=RUNS, help="folder of run records")
+    args = parser.parse_args()
+    runs = [run_rows(p) for p in sorted(args.runs.iterdir()) if p.is_dir() and any(p.glob("eval_val_step_*.json"))]
+    if not runs:
+        raise SystemExit(f"no run records (eval_val_step_*.json) under {args.runs}")
+    print(table(runs))
+    plot(runs, args.runs / "curves.png")
+    print(f"wrote {args.runs / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
