@@ -76,3 +76,4 @@ REC=benchmarks/results/finetune_reduced/$NAME; mkdir -p "$REC"
 for D in "$OUT"/eval_val_step_* "$OUT/eval_test"; do cp "$D/results.json" "$REC/$(basename "$D").json"; done
 grep "prismatic_tr.training: step" "$OUT/training.log" > "$REC/training.log" || true
 cp "$OUT/training_wall.txt" "$OUT/chosen.txt" "$OUT/adapter/record.json" "$REC"/
+if [ -f "$OUT/onpolicy_data/onpolicy.json" ]; then cp "$OUT/onpolicy_data/onpolicy.json" "$REC"/; fi
