@@ -106,3 +106,17 @@ def test_shipped_adapter_acts_under_its_setting(name):
     assert handle.settings.reduction_ratio == setting["reduction_ratio"]
     outcomes = run_episodes(vla.eval(), processor, list(split_seeds(VALIDATION, 20)), UNNORM_KEY, batch_size=20)
     assert sum(o.success for o in outcomes) >= 15, [o.outcome for o in outcomes]
+
+
+def test_adapter_config_from_a_newer_peft_loads_unless_it_uses_what_this_peft_lacks(tmp_path):
+    """Keys a newer peft writes (off, or bookkeeping) are dropped for the installed LoraConfig; a key that is on
+    and unknown is refused by name."""
+    base = {"peft_type": "LORA", "r": 4, "lora_alpha": 4, "target_modules": ["q_proj"], "lora_dropout": 0.0}
+    newer = {**base, "alora_invocation_tokens": None, "use_newfangled": False, "peft_version": "99.0",
+             "newfangled_config": {}}
+    (tmp_path / "adapter_config.json").write_text(json.dumps(newer))
+    config = adapters.lora_config(tmp_path)
+    assert config.r == 4 and config.lora_alpha == 4 and set(config.target_modules) == {"q_proj"}
+    (tmp_path / "adapter_config.json").write_text(json.dumps({**newer, "use_newfangled": True}))
+    with pytest.raises(ValueError, match="uses \\['use_newfangled'\\]"):
+        adapters.lora_config(tmp_path)

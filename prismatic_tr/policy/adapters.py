@@ -15,6 +15,7 @@ checkpoint, the bundled policy's sha256, training command and time, the validati
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -90,11 +91,29 @@ def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None,
         raise ValueError(f"the adapter {path.name!r} was trained on a base policy with model.safetensors sha256 "
                          f"{expected[:12]}..., not on {str(base_dir)!r}; load it on that policy")
     vla, processor = load_vla(base_dir, dtype=dtype, device=device)
-    merged = PeftModel.from_pretrained(vla, str(path)).merge_and_unload()
+    merged = PeftModel.from_pretrained(vla, str(path), config=lora_config(path)).merge_and_unload()
     merged.config.token_reduction = setting
     if apply_reduction:
         apply_token_reduction_from_config(merged)
     return merged, processor
+
+
+# adapter_config.json keys a newer peft writes that say nothing when off (None / False / empty), or are bookkeeping
+_BOOKKEEPING = {"peft_version", "qalora_group_size", "megatron_core", "auto_mapping"}
+
+
+def lora_config(path: Path) -> Any:
+    """The adapter's ``LoraConfig`` for the installed peft: keys this peft does not know are dropped when they are
+    off or bookkeeping (peft 0.21 writes ``alora_invocation_tokens``, ``use_qalora``, ... which 0.11 refuses), so an
+    adapter saved on the newest stack loads on OpenVLA's pins; ValueError naming a key that is on."""
+    from peft import LoraConfig
+
+    data = json.loads((path / "adapter_config.json").read_text())
+    known = {f.name for f in dataclasses.fields(LoraConfig)}
+    used = sorted(k for k, v in data.items() if k not in known and k not in _BOOKKEEPING and v not in (None, False, {}, [], ""))
+    if used:
+        raise ValueError(f"adapter {str(path)!r} uses {used}, which this peft's LoraConfig does not know; upgrade peft")
+    return LoraConfig(**{k: v for k, v in data.items() if k in known})
 
 
 def _summaries(results_dir: Path) -> dict[str, Any]:
