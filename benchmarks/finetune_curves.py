@@ -86,6 +86,9 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
         ax.plot(steps, [100 * u for u in under], "o-", label="under the setting")
         nones = [(c[0], c[2][0]) for c in r["curve"] if c[2] is not None]
         ax.plot([n[0] for n in nones], [100 * n[1] for n in nones], "s--", label="same weights, unreduced")
+        bundled = training_free("none", "validation")
+        if bundled is not None:
+            ax.axhline(100 * bundled[0], color="grey", linestyle=":", label="bundled policy, unreduced")
         ax.set_title(f"{r['name']}\n{r['setting']}", fontsize=8)
         ax.set_xlabel("fine-tuning steps (batch 16)")
         ax.grid(alpha=0.3)

@@ -24,7 +24,7 @@ if [ "$DISTILL" = 0 ]; then NAME="$NAME-bc"; elif [ "$DISTILL" != 1 ]; then NAME
 if [ "$ONPOLICY" != 0 ]; then NAME="$NAME-onpolicy"; fi
 OUT=outputs/finetune_reduced/$NAME
 DATA=${DATA:-outputs/finetune_reduced/data}
-if [ ! -f "$DATA/tabletop_pick/demos.json" ]; then
+if [ "$ONPOLICY" = 0 ] && [ ! -f "$DATA/tabletop_pick/demos.json" ]; then  # on-policy runs need no demonstrations
   $PY vla_scripts/make_demos.py --num_episodes 3000 --min_objects 1 --max_objects 5 --motion_noise 0.2 --output_dir "$DATA"
 fi
 DEPTH_FLAG=(); SPEC="$METHOD:$KEEP"
