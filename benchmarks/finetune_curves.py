@@ -31,7 +31,9 @@ def rates(path: Path) -> dict[str, tuple[float, float, float, int]]:
 
 
 def training_free(setting: str, split: str) -> tuple[float, float, float, int] | None:
-    """The bundled policy's success under ``setting`` before any fine-tuning (None when not recorded)."""
+    """The bundled policy's success under ``setting`` before any fine-tuning (None when not recorded); an
+    untrained ``learned`` scorer picks exactly as ``diverse`` (tests/test_learned_selection.py), so it reads those."""
+    setting = setting.replace(":learned:", ":diverse:")
     for path in TRAINING_FREE[split]:
         if path.is_file() and setting in (found := rates(path)):
             return found[setting]
