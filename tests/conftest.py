@@ -19,3 +19,14 @@ def one_thread() -> Iterator[int]:
     torch.set_num_threads(1)
     yield previous
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(RLDS dataset root, tiny VLA checkpoint directory) of the fine-tuning tests, built once under the session's
+    base temp (``helpers.rlds_fixture``); skips without tensorflow-datasets."""
+    pytest.importorskip("tensorflow_datasets")
+    from helpers.rlds_fixture import rlds_root, tiny_vla_dir
+
+    base = tmp_path_factory.getbasetemp()
+    return rlds_root(base), tiny_vla_dir(base)

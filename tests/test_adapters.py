@@ -12,7 +12,6 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("tensorflow_datasets")
 
-from helpers.rlds_fixture import rlds_root, tiny_vla_dir  # noqa: E402
 from test_finetune import make_cfg  # noqa: E402
 
 from prismatic_tr.models import load_vla  # noqa: E402
@@ -22,12 +21,6 @@ from prismatic_tr.training import finetune  # noqa: E402
 from prismatic_tr.vla import apply_token_reduction_from_config, get_token_reduction, read_settings  # noqa: E402
 
 VISION = {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.25}
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.getbasetemp()
-    return rlds_root(base), tiny_vla_dir(base)
 
 
 @pytest.fixture(scope="module")

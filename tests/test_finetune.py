@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("tensorflow_datasets")
 
-from helpers.rlds_fixture import DATASET, NO_ACTION_SPEC, rlds_root, tiny_vla_dir  # noqa: E402
+from helpers.rlds_fixture import DATASET, NO_ACTION_SPEC  # noqa: E402
 
 from prismatic_tr.models import ActionTokenizer, load_vla  # noqa: E402
 from prismatic_tr.reducers import num_kept  # noqa: E402
@@ -32,12 +32,6 @@ from prismatic_tr.vla.settings import DEFAULT_DEPTH_FRACTION, DEFAULT_METHODS  #
 from vla_scripts.finetune import main  # noqa: E402
 
 N_PATCHES = 256  # tiny preset: 224 px, patch 14
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.getbasetemp()
-    return rlds_root(base), tiny_vla_dir(base)
 
 
 def make_cfg(paths, tmp_path: Path, **kw) -> FinetuneConfig:

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 pytest.importorskip("peft")
 pytest.importorskip("tensorflow_datasets")
 
-from helpers.rlds_fixture import rlds_root, tiny_vla_dir  # noqa: E402
 from test_finetune import make_cfg  # noqa: E402
 
 from prismatic_tr.models import ActionTokenizer  # noqa: E402
@@ -24,12 +23,6 @@ from prismatic_tr.training.model import build_teacher  # noqa: E402
 from prismatic_tr.vla import get_token_reduction  # noqa: E402
 
 VISION = {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.1}
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.getbasetemp()
-    return rlds_root(base), tiny_vla_dir(base)
 
 
 # --- the divergence -------------------------------------------------------------------------------------

@@ -143,21 +143,12 @@ def test_trained_scorer_rides_with_the_setting(tmp_path) -> None:
 
 # --- fine-tuning with a learned selection ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("peft")
-    pytest.importorskip("tensorflow_datasets")
-    from helpers.rlds_fixture import rlds_root, tiny_vla_dir
-
-    base = tmp_path_factory.getbasetemp()
-    return rlds_root(base), tiny_vla_dir(base)
-
-
 @pytest.mark.parametrize("use_lora", [True, False])
 def test_finetune_trains_the_scorer_and_the_checkpoint_carries_it(paths, tmp_path, use_lora) -> None:
     """The optimizer trains the scorer with the policy; the checkpoint's config holds it as trained, so
     ``load_vla`` + ``apply_token_reduction_from_config`` gives the trained model's choice and logits; resuming
     puts it back; DDP is refused (its gradients would not be all-reduced)."""
+    pytest.importorskip("peft")
     import numpy as np
     from test_finetune import make_cfg
 
