@@ -48,9 +48,39 @@ def run_rows(run: Path) -> dict[str, Any]:
         setting = next(s for s in found if s != "none")
         step = int(re.search(r"step_(\d+)", path.name).group(1))
         curve.append((step, found[setting], found.get("none")))
-    tests = {path.stem.removeprefix("eval_test").lstrip("_") or "chosen": rates(path)
-             for path in sorted(run.glob("eval_test*.json"))}
+    tests = {test_label(path, run): rates(path) for path in sorted(run.glob("eval_test*.json"))}
     return {"name": run.name, "setting": setting, "curve": curve, "tests": tests}
+
+
+ADAPTERS = Path(__file__).resolve().parents[1] / "prismatic_tr" / "assets" / "adapters"
+
+
+def checkpoint_step(path: Path, run: Path) -> int:
+    """The training step of the checkpoint a test results file measured, from its command (``--vla_path
+    .../step_N``, or ``--adapter``: a shipped adapter's record, or the run's own installed adapter, the one
+    ``chosen.txt`` names); ValueError when the file does not say."""
+    command = json.loads(path.read_text())["meta"]["command"]
+    found = re.search(r"--vla_path \S*step_(\d+)", command)
+    if found:
+        return int(found.group(1))
+    adapter = re.search(r"--adapter (\S+)", command)
+    if adapter:
+        name = adapter.group(1)
+        record = ADAPTERS / name / "record.json"
+        source = (json.loads(record.read_text())["source_checkpoint"] if "/" not in name and record.is_file()
+                  else (run / "chosen.txt").read_text() if (run / "chosen.txt").is_file() else "")
+        found = re.search(r"step_(\d+)", source)
+        if found:
+            return int(found.group(1))
+    raise ValueError(f"{path}: its command names no checkpoint step ({command})")
+
+
+def test_label(path: Path, run: Path) -> str:
+    """``chosen, step 1200`` for eval_test.json (``step 1200`` when the run records no choice), ``more, step 400``
+    for eval_test_more.json, ``step 900`` for eval_test_step_000900.json: every test figure names its checkpoint."""
+    name = path.stem.removeprefix("eval_test").lstrip("_") or ("chosen" if (run / "chosen.txt").is_file() else "")
+    step = checkpoint_step(path, run)
+    return f"step {step}" if not name or name.startswith("step_") else f"{name}, step {step}"
 
 
 def pct(value: tuple[float, float, float, int] | None, interval: bool = False) -> str:

@@ -39,7 +39,7 @@ from prismatic_tr.policy.bundled import load_bundled_policy
 from prismatic_tr.reducers import get_strategy
 from prismatic_tr.reducers.config import ReducerConfig
 from prismatic_tr.vit.shared import SCORINGS, patch_scores, reduction_block
-from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
+from prismatic_tr.vla import apply_token_reduction_to_vla, reduction_call, remove_token_reduction
 
 OUTPUT = Path(__file__).parent / "results" / "selection" / "selection_recall.json"
 PROJECTOR_METHODS = ("random", "topk_magnitude", "attention_score", "saliency", "diverse", "salient_diverse")
@@ -71,9 +71,9 @@ def kept_patches(vla: torch.nn.Module, pixel_values: torch.Tensor, site: str, me
     depth = DEPTH if site == "vision" else None
     apply_token_reduction_to_vla(vla, method, keep, site=site, depth_fraction=depth)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             vla.vision_backbone(pixel_values)
-        kept = get_token_reduction(vla).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(vla)
     mask = np.zeros((kept.shape[0], 256), dtype=bool)

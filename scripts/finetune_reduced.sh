@@ -12,6 +12,8 @@
 # policy and labelled by the unreduced one: vla_scripts/make_onpolicy_data.py; 0: on the demonstrations).
 # Writes outputs/finetune_reduced/<site>-<method>-<keep>[-<depth>][-bc | -d<DISTILL> unless 1][-onpolicy]/: the run's checkpoints, eval_val_<step>/,
 # chosen.txt, adapter/ (the chosen one as shipped) and eval_test/ (its test success). Demonstrations: the recipe's 3000 (seeds 0-2999 of the demonstration split).
+# OUT_DIR: the output folder instead; it must hold no earlier run (exit 2 naming it, before any work), and with
+# SKIP_TRAINING=1 exactly one. The records keep the chosen adapter's setting (token_reduction.json: a learned scorer as trained).
 # Ship the chosen adapter: INSTALL_DIR=prismatic_tr/assets/adapters/<name> (prismatic_tr/policy/adapters.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +24,22 @@ NAME="$SITE-$METHOD-$KEEP"
 if [ "$DEPTH" != none ]; then NAME="$NAME-$DEPTH"; fi
 if [ "$DISTILL" = 0 ]; then NAME="$NAME-bc"; elif [ "$DISTILL" != 1 ]; then NAME="$NAME-d$DISTILL"; fi
 if [ "$ONPOLICY" != 0 ]; then NAME="$NAME-onpolicy"; fi
-OUT=outputs/finetune_reduced/$NAME
+OUT=${OUT_DIR:-outputs/finetune_reduced/$NAME}
 DATA=${DATA:-outputs/finetune_reduced/data}
+fail() { echo "finetune_reduced.sh: error: $*" >&2; exit 2; }
+case "$SITE" in projector|vision) ;; *) fail "site $SITE is not allowed; use projector or vision";; esac
+for V in STEPS EVERY ONPOLICY; do [[ "${!V}" =~ ^[0-9]+$ ]] || fail "$V=${!V} is not allowed; use an integer >= 0"; done
+# one run a folder, checked before any work: a second run beside an earlier one would mix their checkpoints and
+# evaluations (the chosen checkpoint could be the earlier run's)
+RUNS=(); if [ -d "$OUT/runs" ]; then mapfile -t RUNS < <(find "$OUT/runs" -mindepth 1 -maxdepth 1 -type d | sort); fi
+if [ "${SKIP_TRAINING:-0}" = 0 ]; then
+  if [ ${#RUNS[@]} -gt 0 ]; then fail "$OUT already holds a run (${RUNS[*]}); move it away or name another OUT_DIR"; fi
+  for D in "$OUT"/eval_val_step_* "$OUT/eval_test" "$OUT/adapter"; do
+    if [ -e "$D" ]; then fail "$OUT already holds results of another run ($D); move them away or name another OUT_DIR"; fi
+  done
+elif [ ${#RUNS[@]} -ne 1 ]; then
+  fail "SKIP_TRAINING=1 evaluates the one run in $OUT/runs, and it holds ${#RUNS[@]} (${RUNS[*]:-none})"
+fi
 if [ "$ONPOLICY" = 0 ] && [ ! -f "$DATA/tabletop_pick/demos.json" ]; then  # on-policy runs need no demonstrations
   $PY vla_scripts/make_demos.py --num_episodes 3000 --min_objects 1 --max_objects 5 --motion_noise 0.2 --output_dir "$DATA"
 fi
@@ -45,7 +61,9 @@ $PY vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_policy --dat
   --progress_bar false --log_every 50 2>&1 | tee "$OUT/training.log"
 echo "training wall: $(( $(date +%s) - START )) s" | tee "$OUT/training_wall.txt"
 fi
-RUN=$(ls -d "$OUT"/runs/*/ | head -1)
+mapfile -t RUNS < <(find "$OUT/runs" -mindepth 1 -maxdepth 1 -type d | sort)
+if [ ${#RUNS[@]} -ne 1 ]; then fail "$OUT/runs should hold this run only, and holds ${#RUNS[@]} (${RUNS[*]:-none})"; fi
+RUN="${RUNS[0]}/"
 for CKPT in "$RUN"checkpoints/step_*; do
   $PY vla_scripts/eval_policy.py --vla_path "$CKPT" --split validation --episodes "$VAL_EPISODES" --methods "[]" \
     --settings own --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_val_$(basename "$CKPT")"
@@ -55,9 +73,10 @@ CHOSEN=$($PY - "$OUT" "$RUN" <<'PYEOF'
 import json, pathlib, sys
 out, run = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 rates = {}
-for f in sorted(out.glob("eval_val_step_*/results.json")):
-    rows = [r for r in json.loads(f.read_text())["records"] if r["setting"] != "none"]
-    rates[f.parent.name.removeprefix("eval_val_")] = rows[0]["success_rate"]
+for ckpt in sorted((run / "checkpoints").glob("step_*")):  # this run's checkpoints only
+    rows = [r for r in json.loads((out / f"eval_val_{ckpt.name}" / "results.json").read_text())["records"]
+            if r["setting"] != "none"]
+    rates[ckpt.name] = rows[0]["success_rate"]
 best = max(rates, key=lambda k: (rates[k], -int(k.split("_")[1])))
 print(run / "checkpoints" / best)
 PYEOF
@@ -75,5 +94,5 @@ fi
 REC=benchmarks/results/finetune_reduced/$NAME; mkdir -p "$REC"
 for D in "$OUT"/eval_val_step_* "$OUT/eval_test"; do cp "$D/results.json" "$REC/$(basename "$D").json"; done
 grep "prismatic_tr.training: step" "$OUT/training.log" > "$REC/training.log" || true
-cp "$OUT/training_wall.txt" "$OUT/chosen.txt" "$OUT/adapter/record.json" "$REC"/
+cp "$OUT/training_wall.txt" "$OUT/chosen.txt" "$OUT/adapter/record.json" "$OUT/adapter/token_reduction.json" "$REC"/
 if [ -f "$OUT/onpolicy_data/onpolicy.json" ]; then cp "$OUT/onpolicy_data/onpolicy.json" "$REC"/; fi

@@ -21,6 +21,7 @@ from prismatic_tr.vla import (
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
     get_token_reduction,
+    reduction_call,
     remove_token_reduction,
     unwrap_vla,
     visual_token_count,
@@ -59,9 +60,9 @@ def test_training_forward_keeps_original_positions(setting):
     sharpen_attention(vla.language_model)
     apply_token_reduction_to_vla(vla, **setting)
     batch = tiny_batch()
-    with torch.no_grad():
+    with torch.no_grad(), reduction_call(vla) as call:
         _, logits, projected = trained_forward(vla, batch)
-    kept = get_token_reduction(vla).last_kept
+    kept = call.kept
     k = num_kept(N_PATCHES, setting["reduction_ratio"])
     assert projected.shape[1] == k and kept.shape == (2, k)
     remove_token_reduction(vla)

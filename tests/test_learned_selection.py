@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.calls import run_and_kept
 from test_vla_sites import assert_same, make_inputs, snapshot, tiny
 
 from prismatic_tr.models import load_vla
 from prismatic_tr.reducers.learned import CoverScorer, check_scorer_values, straight_through_gate
 from prismatic_tr.reducers.strategies.diverse import max_min_order
 from prismatic_tr.reducers.strategies.saliency import mean_dissimilarity
-from prismatic_tr.reducers.strategies.selection import top_indices
+from prismatic_tr.reducers.tensor_ops import top_indices
 from prismatic_tr.vit.shared import tower_width
 from prismatic_tr.vla import (
     TokenReductionSettings,
@@ -73,7 +74,7 @@ def test_untrained_learned_selection_picks_as_diverse() -> None:
         apply_token_reduction_to_vla(vla, method, **VISION)
         try:
             with torch.no_grad():
-                kept[method] = (vla.vision_backbone(px), get_token_reduction(vla).last_kept)
+                kept[method] = run_and_kept(vla, lambda: vla.vision_backbone(px))
         finally:
             remove_token_reduction(vla)
     assert torch.equal(kept["diverse"][1], kept["learned"][1]) and torch.equal(kept["diverse"][0], kept["learned"][0])
@@ -89,7 +90,6 @@ def test_gate_keeps_the_forward_and_trains_the_scorer() -> None:
     apply_token_reduction_to_vla(vla, "learned", **VISION)
     try:
         apply_token_reduction_to_vla(vla, "learned", **VISION)  # applying again replaces, as for every method
-        handle = get_token_reduction(vla)
         params = token_reduction_parameters(vla)
         assert [p.shape for p in params] == [torch.Size([width]), torch.Size([])]
         assert not any(p is q for p in params for q in vla.parameters())
@@ -100,7 +100,6 @@ def test_gate_keeps_the_forward_and_trains_the_scorer() -> None:
         assert torch.equal(plain, trained)
         trained.float().pow(2).mean().backward()
         assert all(p.grad is not None and torch.count_nonzero(p.grad) > 0 for p in params)
-        assert handle.selection.last_indices.shape == (2, 64)
     finally:
         remove_token_reduction(vla)
     vla.zero_grad(set_to_none=True)
@@ -115,9 +114,9 @@ def test_trained_scorer_rides_with_the_setting(tmp_path) -> None:
     apply_token_reduction_to_vla(vla, "learned", **VISION)
     handle = get_token_reduction(vla)
     with torch.no_grad():
-        untrained = (vla(**inp).logits, handle.last_kept)
+        untrained = run_and_kept(vla, lambda: vla(**inp).logits)
         handle.scorer.weight.copy_(torch.tensor(_scorer_values(handle.scorer.weight.numel(), seed=1)[:-1]) * 3)
-        trained = (vla(**inp).logits, handle.last_kept)
+        trained = run_and_kept(vla, lambda: vla(**inp).logits)
     assert not torch.equal(untrained[1], trained[1])
     [now] = current_token_reduction(vla)
     assert now.scorer == pytest.approx(handle.scorer.values()) and vla.config.token_reduction["scorer"] == now.scorer
@@ -126,7 +125,7 @@ def test_trained_scorer_rides_with_the_setting(tmp_path) -> None:
     loaded, _ = load_vla(tmp_path)
     apply_token_reduction_from_config(loaded)
     with torch.no_grad():
-        again = (loaded(**inp).logits, get_token_reduction(loaded).last_kept)
+        again = run_and_kept(loaded, lambda: loaded(**inp).logits)
     assert torch.equal(again[1], trained[1]) and torch.equal(again[0], trained[0])
     remove_token_reduction(loaded)
     before = snapshot(loaded)
@@ -166,13 +165,14 @@ def test_finetune_trains_the_scorer_and_the_checkpoint_carries_it(paths, tmp_pat
     assert any(v != 0.0 for v in trained)  # it moved from the diverse-equivalent start
     vla, processor = load_vla(result.last_checkpoint)
     assert vla.config.token_reduction["scorer"] == pytest.approx(trained)
-    reloaded = apply_token_reduction_from_config(vla)
+    apply_token_reduction_from_config(vla)
     img = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
     inputs = processor("In: What action should the robot take to open the drawer?\nOut:", img)
     s.model.eval()
     with torch.no_grad():
-        want, got = s.model(**inputs), vla(**inputs)
-    assert torch.equal(reloaded.last_kept, handle.last_kept)
+        (want, kept_want), (got, kept_got) = run_and_kept(s.model, lambda: s.model(**inputs)), \
+            run_and_kept(vla, lambda: vla(**inputs))
+    assert kept_got is not None and torch.equal(kept_got, kept_want)
     torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-5)
 
     step2 = result.last_checkpoint.parent / "step_000002"
@@ -210,3 +210,71 @@ def test_eval_policy_evaluates_the_setting_a_checkpoint_carries(tmp_path) -> Non
         EvalPolicyConfig(vla_path=str(tmp_path / "plain"), methods=[], settings=["own"], episodes=1)
     with pytest.raises(ValueError, match="needs --vla_path"):
         EvalPolicyConfig(methods=[], settings=["own"], episodes=1)
+
+
+# --- precision: the scorer and the cover run in float32 under autocast ---------------------------------------------
+
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16])
+def test_scorer_computes_in_float32_under_autocast(input_dtype) -> None:
+    """Under CPU bfloat16 autocast (which does run a plain matmul in bfloat16 here) the log-weights come out
+    float32 and equal to those without autocast, and the kept indices are the same: training under autocast picks
+    what inference picks."""
+    g = torch.Generator().manual_seed(3)
+    width, k = 48, 16
+    x = (torch.randn(2, 120, width, generator=g) * 3).to(input_dtype)
+    scorer = CoverScorer(width, _scorer_values(width, seed=4))
+    plain_lw = scorer.log_weights(x)
+    plain_kept = top_indices(scorer.order(x, k, plain_lw), k)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (x.float() @ scorer.weight).dtype == torch.bfloat16  # autocast is on for a bare matmul
+        lw = scorer.log_weights(x)
+        scores = scorer.order(x, k, lw)
+        gate = straight_through_gate(lw.gather(1, top_indices(scores, k)))
+    assert lw.dtype == torch.float32 and scores.dtype == torch.float32 and gate.dtype == torch.float32
+    assert torch.equal(lw, plain_lw)
+    assert torch.equal(top_indices(scores, k), plain_kept)
+
+
+# --- a fine-tune from a checkpoint that carries a learned scorer keeps it ----------------------------------------
+
+def _checkpoint_with_scorer(vla_dir, dest, depth_fraction: float = 0.5) -> list[float]:
+    """``vla_dir`` copied to ``dest`` with a trained-looking learned setting in its config.json; its scorer."""
+    import json
+    import shutil
+
+    shutil.copytree(vla_dir, dest)
+    width = tower_width(load_vla(vla_dir)[0].vision_backbone.featurizer)
+    values = [float(v) for v in torch.tensor(_scorer_values(width, seed=5))]  # float32-exact
+    config = json.loads((dest / "config.json").read_text())
+    config["token_reduction"] = TokenReductionSettings(method="learned", site="vision", reduction_ratio=0.25,
+                                                       depth_fraction=depth_fraction, scorer=values).to_dict()
+    (dest / "config.json").write_text(json.dumps(config))
+    return values
+
+
+def test_finetune_from_a_learned_checkpoint_keeps_its_scorer(paths, tmp_path) -> None:
+    """``vla_path`` carrying a learned scorer + ``--token_reduction.method learned`` at its depth: training starts
+    from the saved scorer (equal to the saved values), the optimizer holds it and trains it on; at another depth
+    the fine-tune is refused before anything trains."""
+    pytest.importorskip("peft")
+    from test_finetune import make_cfg
+
+    from prismatic_tr.training.distributed import init_distributed
+    from prismatic_tr.training.loop import prepare, run
+
+    _, vla_dir = paths
+    saved = _checkpoint_with_scorer(vla_dir, tmp_path / "learned_ckpt")
+    setting = {"site": "vision", "method": "learned", "depth_fraction": 0.5, "reduction_ratio": 0.1}
+    cfg = make_cfg(paths, tmp_path, vla_path=str(tmp_path / "learned_ckpt"), max_steps=1, learning_rate=0.05,
+                   token_reduction=setting)
+    s = prepare(cfg, init_distributed())
+    handle = get_token_reduction(s.vla)
+    assert handle.scorer.values() == saved and handle.settings.reduction_ratio == 0.1
+    assert all(any(p is q for g in s.optimizer.param_groups for q in g["params"]) for p in handle.scorer_parameters())
+    result = run(s)
+    trained = load_vla(result.last_checkpoint)[0].config.token_reduction["scorer"]
+    assert trained != saved and trained == pytest.approx(saved, abs=0.2)  # trained on from the saved values
+    other = make_cfg(paths, tmp_path, vla_path=str(tmp_path / "learned_ckpt"), max_steps=1,
+                     token_reduction={**setting, "depth_fraction": 0.25})
+    with pytest.raises(ValueError, match="learned scorer was trained at site='vision' depth_fraction=0.5"):
+        prepare(other, init_distributed())

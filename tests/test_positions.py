@@ -19,7 +19,12 @@ from helpers.reference_models import UNNORM_KEY, build_reference_vla
 from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.llm import original_positions
 from prismatic_tr.models import NativeOpenVLA, build_vla
-from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
+from prismatic_tr.vla import (
+    apply_token_reduction_to_vla,
+    get_token_reduction,
+    reduction_call,
+    remove_token_reduction,
+)
 
 SENSITIVE = 1e-2  # the two numberings must differ by more than this (max |logit diff|)
 TIGHT = dict(rtol=1e-5, atol=1e-5)
@@ -96,9 +101,9 @@ def test_forward_logits_equal_the_handbuilt_run(setting: tuple, positions: str) 
     inp = make_inputs(vla)
     attach(vla, setting, positions)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             out = vla(**inp)
-        kept = get_token_reduction(vla).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(vla)
     assert kept.shape == (2, out.projector_features.shape[1])
@@ -113,9 +118,9 @@ def test_right_padded_training_batch_keeps_positions_per_row() -> None:
     mask[1, -4:] = 0  # row 1 right-padded, as OpenVLA's collator pads
     attach(vla, SETTINGS[1])
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             out = vla(**inp, attention_mask=mask, labels=inp["input_ids"])
-        kept = get_token_reduction(vla).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(vla)
     assert torch.isfinite(out.loss)
@@ -149,10 +154,10 @@ def test_generation_equals_cache_free_decoding_at_original_positions(setting: tu
     hook = vla.projector.register_forward_hook(lambda m, a, o: seen.__setitem__("projected", o))
     attach(vla, setting)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             gen = vla.generate(inp["input_ids"], inp["pixel_values"], attention_mask=mask, max_new_tokens=4,
                                return_logits=True)
-        kept = get_token_reduction(vla).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(vla)
         hook.remove()
@@ -173,8 +178,9 @@ def test_llm_site_on_top_of_a_pre_llm_cut_keeps_original_positions() -> None:
     llm = get_token_reduction(vla, site="llm")
     try:
         with torch.no_grad():
-            gen = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=3, return_logits=True)
-            llm.pruning.force_kept, llm.pruning.prune_uncached = llm.last_kept, True
+            with reduction_call(vla) as call:
+                gen = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=3, return_logits=True)
+            llm.pruning.force_kept, llm.pruning.prune_uncached = call.llm_kept, True
             again = vla(input_ids=gen.sequences[:, :-1], pixel_values=inp["pixel_values"]).logits
         torch.testing.assert_close(again[:, -3:].float(), gen.logits, rtol=1e-5, atol=1e-5)
         remove_token_reduction(vla, site="vision")
@@ -224,14 +230,13 @@ def test_compiled_language_model_keeps_positions_fullgraph() -> None:
     inp = make_inputs(vla, batch=1)
     attach(vla, SETTINGS[1])
     try:
-        handle = get_token_reduction(vla)
-        with torch.no_grad():
-            projected = vla.embed_images(inp["pixel_values"])  # records the kept tokens
+        with torch.no_grad(), reduction_call(vla) as call:
+            projected = vla.embed_images(inp["pixel_values"])  # records the kept tokens in this call
             embeds, _, _ = vla.build_multimodal_inputs(inp["input_ids"], None, projected)
-            kept = handle.last_kept
+            kept = call.kept
 
             def run(e: torch.Tensor) -> torch.Tensor:
-                handle.positions.record(kept, 256)
+                call.hand_on(kept, 256)  # each run is the call's fresh language-model call
                 return vla.language_model.model(inputs_embeds=e, use_cache=False).last_hidden_state
 
             eager = run(embeds)
@@ -248,9 +253,9 @@ def test_peft_wrapped_model_keeps_positions() -> None:
     wrapped = peft.get_peft_model(vla, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=True))
     attach(wrapped, SETTINGS[0])
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(wrapped) as call:
             out = wrapped(**inp)
-        kept = get_token_reduction(wrapped).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(wrapped)
     check_numbering(out.logits, vla.language_model, vla.get_input_embeddings(), inp["input_ids"],
@@ -282,9 +287,9 @@ def test_remote_code_forward_keeps_original_positions(remote: torch.nn.Module, s
     inp = remote_inputs(batch=2)
     attach(remote, setting)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(remote) as call:
             out = remote(**inp)
-        kept = get_token_reduction(remote).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(remote)
     check_numbering(out.logits, remote.language_model, remote.get_input_embeddings(), inp["input_ids"],
@@ -299,11 +304,11 @@ def test_remote_code_generate_and_predict_action_keep_original_positions(remote:
     hook = remote.projector.register_forward_hook(lambda m, a, o: seen.__setitem__("projected", o))
     attach(remote, SETTINGS[1])
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(remote) as call:
             gen = remote.generate(inp["input_ids"], pixel_values=inp["pixel_values"], max_new_tokens=4,
                                   do_sample=False, output_scores=True, return_dict_in_generate=True)
             action = remote.predict_action(**inp, unnorm_key=UNNORM_KEY, do_sample=False)
-        kept = get_token_reduction(remote).last_kept
+        kept = call.kept
     finally:
         remove_token_reduction(remote)
         hook.remove()

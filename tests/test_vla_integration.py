@@ -7,6 +7,7 @@ import itertools
 import pytest
 import timm
 import torch
+from helpers.calls import run_and_kept
 from torch import nn
 
 from experiments.robot.token_reduction_utils import (
@@ -71,10 +72,9 @@ def test_forward_and_predict_action_see_the_reduced_count(vla_and_inputs, method
 def test_fused_backbone_reduces_both_towers_at_the_same_positions():
     vla = build_vla("tiny", "dinosiglip-vit-so-224px")
     px = torch.randn(1, 6, 224, 224)
-    with monkey_patch_vision_backbone_with_reduction(vla, "topk_magnitude", 0.25) as handle:
+    with monkey_patch_vision_backbone_with_reduction(vla, "topk_magnitude", 0.25):
         full = vla.vision_backbone.forward(px)  # no hooks: unreduced (1, 256, D_dino + D_siglip)
-        reduced = vla.vision_backbone(px)
-        idx = handle.reducer.last_indices
+        reduced, idx = run_and_kept(vla, lambda: vla.vision_backbone(px))
     d_dino = vla.vision_backbone.featurizer.embed_dim
     picked = full[0, idx[0]]
     assert torch.equal(reduced[0, :, :d_dino], picked[:, :d_dino])

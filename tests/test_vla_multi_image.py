@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.calls import run_and_kept
 from torch import nn
 
 from prismatic_tr.bench.measure.ops import find_host_syncs
@@ -119,9 +120,9 @@ def test_kept_tokens_stay_in_their_image_in_original_order(method):
 def test_random_draws_each_image_independently():
     vla = FeatureVLA()
     same = features(1, 1).repeat(1, 3, 1)  # three identical images
-    with monkey_patch_vision_backbone_with_reduction(vla, "random", 0.25, seed=3) as handle:
-        vla.vision_backbone(same)
-        idx = handle.reducer.last_indices  # (B * n, K), row b * n + i
+    with monkey_patch_vision_backbone_with_reduction(vla, "random", 0.25, seed=3):
+        _, kept = run_and_kept(vla, lambda: vla.vision_backbone(same))  # (B, n * K): image i's at i * P + j
+    idx = kept.reshape(3, 64) - torch.arange(3)[:, None] * P  # (B * n, K) patch indices within each image
     assert idx.shape == (3, 64)
     assert not torch.equal(idx[0], idx[1]) and not torch.equal(idx[1], idx[2])
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers.calls import run_and_kept
 from helpers.reference_clients import import_openvla_oft
 from helpers.reference_models import UNNORM_KEY, build_reference_vla, require_remote_code_stack
 
@@ -206,8 +207,7 @@ def test_oft_parallel_pass_runs_at_original_positions(sharp_oft, site, method, k
     try:
         backbone.set_num_images_in_input(images)
         apply_token_reduction_to_vla(vla, method, keep, site=site, depth_fraction=0.5 if site == "vision" else None)
-        out = run_predict_action(sharp_oft, images, proprio, l1_head=True)
-        kept = get_token_reduction(vla).last_kept
+        out, kept = run_and_kept(vla, lambda: run_predict_action(sharp_oft, images, proprio, l1_head=True))
         out["mask"] = sharp_oft.pop("mask")
     finally:
         mask_hook.remove()

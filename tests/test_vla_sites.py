@@ -7,6 +7,7 @@ OpenVLA's remote code (pins)."""
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 import torch
@@ -18,12 +19,13 @@ from prismatic_tr.bench.measure.ops import find_host_syncs
 from prismatic_tr.llm import prune_index, query_index, select_visual, visual_token_scores, visual_window
 from prismatic_tr.models import NativeOpenVLA, build_vla, load_vla
 from prismatic_tr.reducers import num_kept
-from prismatic_tr.reducers.strategies.selection import gather_rows
+from prismatic_tr.reducers.tensor_ops import gather_rows
 from prismatic_tr.vit.shared import reduction_block
 from prismatic_tr.vla import (
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
     get_token_reduction,
+    reduction_call,
     remove_token_reduction,
 )
 from prismatic_tr.vla.sites import llm_layer
@@ -84,20 +86,20 @@ def test_site_shapes_counts_syncs_and_exact_undo(backbone: str, settings: dict) 
         assert find_host_syncs(lambda: vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=3)) == {}
         seen: dict[str, torch.Tensor] = {}
         hook = vla.projector.register_forward_hook(lambda m, a, o: seen.__setitem__("projected", o))
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             reduced = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=3, return_logits=True)
         hook.remove()
         handle = get_token_reduction(vla, site=settings["site"])
         assert handle is not None and handle.settings.site == settings["site"]
         if settings["site"] == "llm":
-            assert handle.last_kept.shape == (2, k) and torch.all(handle.last_kept.diff(dim=1) > 0)
+            assert call.llm_kept.shape == (2, k) and torch.all(call.llm_kept.diff(dim=1) > 0)
             # the decode over the pruned cache equals recomputing the pruned sequence without a cache
-            handle.pruning.force_kept, handle.pruning.prune_uncached = handle.last_kept, True
+            handle.pruning.force_kept, handle.pruning.prune_uncached = call.llm_kept, True
             with torch.no_grad():
                 again = vla(input_ids=reduced.sequences[:, :-1], pixel_values=inp["pixel_values"]).logits
             torch.testing.assert_close(again[:, -3:].float(), reduced.logits, rtol=1e-5, atol=1e-5)
         else:  # the first action token's logits are the language model's on [BOS, kept patches, prompt]
-            kept = handle.last_kept
+            kept = call.kept
             ref = handbuilt_logits(vla.language_model, vla.get_input_embeddings(), inp["input_ids"],
                                    seen["projected"], expected_ids(kept, 256, k, inp["input_ids"].shape[1] - 1))
             torch.testing.assert_close(reduced.logits[:, 0], ref[:, -1].float(), rtol=1e-5, atol=1e-5)
@@ -113,9 +115,9 @@ def test_vision_site_keeps_the_same_positions_in_both_towers() -> None:
     px = make_inputs(vla)["pixel_values"]
     apply_token_reduction_to_vla(vla, site="vision", reduction_ratio=0.25, depth_fraction=0.5)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             out = vb(px)
-        idx = get_token_reduction(vla).selection.last_indices
+        idx = call.kept
         assert out.shape == (2, 64, vb.embed_dim) and torch.all(idx.diff(dim=1) > 0)  # spatial order kept
         blocks = get_token_reduction(vla).selection.blocks
         assert blocks == [reduction_block(len(t.blocks), 0.5) for t in vb.towers]
@@ -148,15 +150,24 @@ def test_vision_site_scores_with_a_reducers_strategy_on_the_cut_blocks_output(me
         for b in dino.blocks[: block + 1]:
             x = b(x)
         reducer = TokenReducer(method=method, reduction_ratio=0.25, num_prefix_tokens=dino.num_prefix_tokens)
-        reducer(x)
+        expected = reducer.reduce(x).indices
     apply_token_reduction_to_vla(vla, method, 0.25, site="vision", depth_fraction=0.5)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), reduction_call(vla) as call:
             vb(px)
-        assert torch.equal(get_token_reduction(vla).selection.last_indices, reducer.last_indices)
+        assert torch.equal(call.kept, expected)
         assert vla.config.token_reduction["method"] == method
     finally:
         remove_token_reduction(vla)
+
+
+def backbone_kept(vla: NativeOpenVLA, px: torch.Tensor, before: Any = None) -> torch.Tensor:
+    """Where the tokens a backbone call passes on sat (one call of its own); ``before()`` runs first."""
+    if before is not None:
+        before()
+    with reduction_call(vla) as call:
+        vla.vision_backbone(px)
+    return call.kept
 
 
 def test_vision_site_random_draws_again_after_reseed() -> None:
@@ -166,10 +177,7 @@ def test_vision_site_random_draws_again_after_reseed() -> None:
     handle = get_token_reduction(vla)
     try:
         with torch.no_grad():
-            first = (vla.vision_backbone(px), handle.last_kept)[1]
-            second = (vla.vision_backbone(px), handle.last_kept)[1]
-            handle.reseed()
-            again = (vla.vision_backbone(px), handle.last_kept)[1]
+            first, second, again = (backbone_kept(vla, px, handle.reseed if i == 2 else None) for i in range(3))
     finally:
         remove_token_reduction(vla)
     assert not torch.equal(first, second) and torch.equal(first, again)
@@ -183,8 +191,9 @@ def test_llm_site_cached_decode_equals_no_cache_recomputation() -> None:
     handle = get_token_reduction(vla, site="llm")
     try:
         with torch.no_grad():
-            out = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=4, return_logits=True)
-            handle.pruning.force_kept, handle.pruning.prune_uncached = handle.last_kept, True
+            with reduction_call(vla) as call:
+                out = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=4, return_logits=True)
+            handle.pruning.force_kept, handle.pruning.prune_uncached = call.llm_kept, True
             logits = vla(input_ids=out.sequences[:, :-1], pixel_values=inp["pixel_values"]).logits
         torch.testing.assert_close(logits[:, -4:].float(), out.logits, rtol=1e-5, atol=1e-5)
     finally:
@@ -196,10 +205,10 @@ def test_sites_combine_and_persist(tmp_path) -> None:
     apply_token_reduction_to_vla(vla, site="vision", reduction_ratio=0.5, depth_fraction=0.5)
     apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.5, depth_fraction=0.5)
     inp = make_inputs(vla)
-    with torch.no_grad():
+    with torch.no_grad(), reduction_call(vla) as call:
         both = vla.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=2, return_logits=True).logits
     assert [d["site"] for d in vla.config.token_reduction] == ["vision", "llm"]
-    assert get_token_reduction(vla, site="llm").last_kept.shape == (2, 64)  # half of the vision site's 128
+    assert call.llm_kept.shape == (2, 64)  # half of the vision site's 128
     vla.save_pretrained(tmp_path)
     assert remove_token_reduction(vla, site="llm") and vla.config.token_reduction["site"] == "vision"
     remove_token_reduction(vla)
@@ -360,16 +369,17 @@ def test_llm_site_padded_batch_equals_each_row_alone() -> None:
     mask = torch.ones_like(inp["input_ids"])
     mask[0, -4:] = 0
     apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.25, depth_fraction=0.5)
-    handle = get_token_reduction(vla, site="llm")
     try:
         with torch.no_grad():
-            both = vla.generate(inp["input_ids"], inp["pixel_values"], attention_mask=mask, max_new_tokens=3,
-                                return_logits=True)
-            kept_both = handle.last_kept
+            with reduction_call(vla) as call:
+                both = vla.generate(inp["input_ids"], inp["pixel_values"], attention_mask=mask, max_new_tokens=3,
+                                    return_logits=True)
+            kept_both = call.llm_kept
             for row, length in ((0, 8), (1, 12)):
-                alone = vla.generate(inp["input_ids"][row : row + 1, :length], inp["pixel_values"][row : row + 1],
-                                     max_new_tokens=3, return_logits=True)
-                assert torch.equal(handle.last_kept[0], kept_both[row])
+                with reduction_call(vla) as call:
+                    alone = vla.generate(inp["input_ids"][row : row + 1, :length],
+                                         inp["pixel_values"][row : row + 1], max_new_tokens=3, return_logits=True)
+                assert torch.equal(call.llm_kept[0], kept_both[row])
                 torch.testing.assert_close(both.logits[row], alone.logits[0], rtol=1e-4, atol=1e-4)
     finally:
         remove_token_reduction(vla)
@@ -412,11 +422,13 @@ def test_llm_site_on_remote_code_prunes_generate_only() -> None:
         before = vla(input_ids=ids, attention_mask=mask, pixel_values=px, labels=ids)
         apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.25, depth_fraction=0.5)
         try:
-            after = vla(input_ids=ids, attention_mask=mask, pixel_values=px, labels=ids)
-            handle = get_token_reduction(vla, site="llm")
-            assert handle.last_kept is None  # nothing pruned in a plain forward
-            gen = vla.generate(ids[:1], pixel_values=px[:1], attention_mask=mask[:1], max_new_tokens=3, do_sample=False)
-            assert handle.last_kept is not None and handle.last_kept.shape == (1, 64)
+            with reduction_call(vla) as call:
+                after = vla(input_ids=ids, attention_mask=mask, pixel_values=px, labels=ids)
+            assert call.llm_kept is None  # nothing pruned in a plain forward
+            with reduction_call(vla) as call:
+                gen = vla.generate(ids[:1], pixel_values=px[:1], attention_mask=mask[:1], max_new_tokens=3,
+                                   do_sample=False)
+            assert call.llm_kept is not None and call.llm_kept.shape == (1, 64)
             assert gen.shape == (1, 13)
         finally:
             remove_token_reduction(vla)
@@ -433,8 +445,9 @@ def test_llm_site_on_a_peft_model_leaves_training_forwards_alone() -> None:
         apply_token_reduction_to_vla(wrapped, site="llm", reduction_ratio=0.25, depth_fraction=0.5)
         try:
             after = wrapped(**inp)
-            gen = wrapped.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=2)
-            assert get_token_reduction(wrapped, site="llm").last_kept.shape == (2, 64) and gen.shape == (2, 14)
+            with reduction_call(wrapped) as call:
+                gen = wrapped.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=2)
+            assert call.llm_kept.shape == (2, 64) and gen.shape == (2, 14)
         finally:
             remove_token_reduction(wrapped)
     assert torch.equal(after.loss, before.loss)

@@ -20,6 +20,7 @@ from prismatic_tr.vla import (
     apply_token_reduction_to_vla,
     get_token_reduction,
     monkey_patch_vision_backbone_with_reduction,
+    reduction_call,
     remove_token_reduction,
     visual_token_count,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "benchmark_token_reduction",
     "get_token_reduction",
     "monkey_patch_vision_backbone_with_reduction",
+    "reduction_call",
     "remove_token_reduction",
     "visual_token_count",
 ]

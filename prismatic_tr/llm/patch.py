@@ -48,7 +48,7 @@ from prismatic_tr.llm.pruning import (
     visual_window,
 )
 from prismatic_tr.reducers.config import check_fraction
-from prismatic_tr.reducers.strategies.selection import take_along
+from prismatic_tr.reducers.tensor_ops import take_along
 
 _PER_POSITION = ("position_ids", "cache_position")
 # Keyword arguments a decoder layer must receive for the hooks to rewrite them (4.40 and 5.x name them so).
@@ -100,15 +100,17 @@ def _gather_mask(mask: torch.Tensor, rows: torch.Tensor | None, cols: torch.Tens
 class LLMPruningHandle:
     """Live pruning on one language model; ``remove()`` (or leaving a ``with`` block) restores it exactly.
 
-    ``force_kept`` (B, n) visual indices replace the scoring (tests: recomputation with the same choice), and
-    ``prune_uncached`` prunes plain forwards too (tests only).
+    ``num_visual()``: K of a fresh call (None: leave it alone); ``on_kept(kept)``, if given, hears the (B, n)
+    visual tokens each pruned prefill keeps. ``force_kept`` (B, n) visual indices replace the scoring (tests:
+    recomputation with the same choice), and ``prune_uncached`` prunes plain forwards too (tests only).
     """
 
-    def __init__(self, lm: nn.Module, config: LLMPruningConfig, num_visual: Callable[[], int | None]) -> None:
+    def __init__(self, lm: nn.Module, config: LLMPruningConfig, num_visual: Callable[[], int | None],
+                 on_kept: Callable[[torch.Tensor], None] | None = None) -> None:
         self.model = decoder(lm)
         layers = self.model.layers
         config.check(len(layers))
-        self.lm, self.config, self.num_visual = lm, config, num_visual
+        self.lm, self.config, self.num_visual, self.on_kept = lm, config, num_visual, on_kept
         self.state = _State()
         self.force_kept: torch.Tensor | None = None
         self.prune_uncached = False
@@ -186,6 +188,8 @@ class LLMPruningHandle:
         kept = self.force_kept if self.force_kept is not None else select_visual(
             self._scores(layer, hidden, kwargs["position_ids"], start, last, k), self.config.keep_ratio)
         self.state.index, self.state.kept = prune_index(hidden.shape[1], start, k, kept), kept
+        if self.on_kept is not None:
+            self.on_kept(kept)
 
     def _scores(self, layer: nn.Module, hidden: torch.Tensor, pos: torch.Tensor, start: torch.Tensor,
                 last: torch.Tensor, k: int) -> torch.Tensor:
@@ -258,10 +262,11 @@ class LLMPruningHandle:
 
 
 def apply_llm_pruning(
-    lm: nn.Module, layer: int, keep_ratio: float, num_visual: Callable[[], int | None], num_queries: int = 4
+    lm: nn.Module, layer: int, keep_ratio: float, num_visual: Callable[[], int | None], num_queries: int = 4,
+    on_kept: Callable[[torch.Tensor], None] | None = None,
 ) -> LLMPruningHandle:
     """Prune visual tokens before decoder layer ``layer`` of ``lm`` (a ``LlamaForCausalLM``) in generation
-    prefills; ``num_visual()`` gives K of the current call (None: leave the call alone). Bad settings raise
-    ``ValueError`` before anything is attached."""
+    prefills; ``num_visual()`` gives K of the current call (None: leave the call alone); ``on_kept(kept)`` hears
+    what each pruned prefill keeps. Bad settings raise ``ValueError`` before anything is attached."""
     decoder(lm)
-    return LLMPruningHandle(lm, LLMPruningConfig(layer, keep_ratio, num_queries), num_visual)
+    return LLMPruningHandle(lm, LLMPruningConfig(layer, keep_ratio, num_queries), num_visual, on_kept)

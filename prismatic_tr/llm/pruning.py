@@ -18,7 +18,7 @@ import math
 import torch
 
 from prismatic_tr.reducers.config import num_kept
-from prismatic_tr.reducers.strategies.selection import top_indices
+from prismatic_tr.reducers.tensor_ops import top_indices
 
 __all__ = ["num_kept", "prune_index", "query_index", "select_visual", "visual_token_scores", "visual_window"]
 

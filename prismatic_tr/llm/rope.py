@@ -1,10 +1,10 @@
 """Keep the unreduced positions of a reduced visual sequence in a transformers Llama, as undoable hooks.
 
 A reduction before the language model (the ``projector`` and ``vision`` sites) hands it ``K < N`` visual tokens.
-:class:`PositionRemap` makes each token attend as if it sat where it sits without reduction: the reduction
-records which of the ``N`` tokens it kept (:meth:`PositionRemap.record`), and a forward pre-hook on every
-rotary-embedding module replaces the position ids it is called with by
-:func:`prismatic_tr.llm.positions.original_positions` of them.
+:class:`PositionRemap` makes each token attend as if it sat where it sits without reduction: at every fresh call
+into the language model it asks ``source()`` which of the ``N`` tokens the current call kept (the caller scopes
+that answer to one call, :mod:`prismatic_tr.vla.scope`), and a forward pre-hook on every rotary-embedding module
+replaces the position ids it is called with by :func:`prismatic_tr.llm.positions.original_positions` of them.
 
 Only the rotary embedding sees the new ids. Everything else of transformers keeps the compact, gap-free ids it
 computed (from the first real token, or the KV cache's length in a decode step): its causal masks, its
@@ -12,14 +12,14 @@ cache bookkeeping, and transformers 5's packed-sequence detection, which would r
 sequences packed in one row. The same hook therefore serves a prefill, every decode step of any generation
 loop (this package's or transformers' own ``generate``), a training forward and OpenVLA-OFT's parallel pass.
 
-A recorded choice becomes active at the next fresh call into the language model (one with nothing cached) and
-stays active for the decode steps that continue it; a fresh call with nothing recorded (text only) runs with
-the ordinary positions. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
+The answer of a fresh call (one with nothing cached) stays active for the decode steps that continue it; a
+fresh call that gets None (text only, or no reduction in this call) runs with the ordinary positions. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
 ``remove()`` restores the model exactly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,14 +32,15 @@ from prismatic_tr.llm.positions import original_positions
 class PositionRemap:
     """Live position keeping on one language model; see the module docstring.
 
-    ``record(kept, num_original)``: ``kept`` (B, K) where each visual token the language model will receive
-    sits among the ``num_original`` unreduced ones (int64, or float for merged tokens).
+    ``source()``: at a fresh call, ``(kept, num_original)`` of the current call or None, with ``kept`` (B, K)
+    where each visual token the language model receives sits among the ``num_original`` unreduced ones (int64,
+    or float for merged tokens).
     """
 
-    def __init__(self, lm: nn.Module) -> None:
+    def __init__(self, lm: nn.Module, source: Callable[[], tuple[torch.Tensor, int] | None]) -> None:
         self.model = decoder(lm)
         rotaries = rotary_modules(lm)  # ValueError before anything is attached
-        self.pending: tuple[torch.Tensor, int] | None = None
+        self.source = source
         self.active: tuple[torch.Tensor, int] | None = None
         # closures, not bound methods: torch 2.2's dynamo cannot call a bound method as a hook (fullgraph)
         def on_call(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -51,15 +52,14 @@ class PositionRemap:
         self._hooks = [self.model.register_forward_pre_hook(on_call, with_kwargs=True)]
         self._hooks += [r.register_forward_pre_hook(on_rotary, with_kwargs=True) for r in rotaries]
 
-    def record(self, kept: torch.Tensor, num_original: int) -> None:
-        """The visual tokens of the next fresh call: (B, K) positions among ``num_original``."""
-        self.pending = (kept, int(num_original))
-
     def _on_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         call = read_call(args, kwargs)
-        # A static cache's length is unknown without a sync: a recorded choice still marks the call that uses it.
-        if call.fresh or (call.past is None and self.pending is not None):
-            self.active, self.pending = self.pending, None
+        if call.fresh:
+            self.active = self.source()
+        elif call.past is None:  # a static cache's length is unknown without a sync: a new answer marks a prefill
+            fresh = self.source()
+            if fresh is not None:
+                self.active = fresh
 
     def _on_rotary(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
         if self.active is None:
@@ -71,7 +71,7 @@ class PositionRemap:
         """Detach every hook; the model is exactly as before. Safe to call twice."""
         for h in self._hooks:
             h.remove()
-        self._hooks, self.pending, self.active = [], None, None
+        self._hooks, self.active = [], None
 
     def __enter__(self) -> PositionRemap:
         return self

@@ -30,7 +30,7 @@ from transformers import LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from prismatic_tr.llm.calls import announce_prefill
-from prismatic_tr.reducers.strategies.selection import take_along
+from prismatic_tr.reducers.tensor_ops import take_along
 
 # The KV cache's name in model forward kwargs and outputs: ``cache`` from transformers 5.24 on (where
 # ``past_key_values`` is a deprecated alias), ``past_key_values`` before.

@@ -9,7 +9,10 @@ checkpoint, the bundled policy's sha256, training command and time, the validati
     vla, processor = load_adapted_policy("vision-diverse-0.1-0.25")      # bundled policy + adapter + reduction
     action = vla.predict_action(image, prompt, unnorm_key=UNNORM_KEY)
 
-    python -m prismatic_tr.policy.adapters install <checkpoint> <dest> [--results <finetune_reduced output dir>]
+    python -m prismatic_tr.policy.adapters install <checkpoint> <dest> [--results <finetune_reduced output dir>] [--base <dir>]
+
+Paths are taken from the working directory; a bad one exits with status 2 and one line. Loading refuses a base
+whose weights are not the ones the record names (``allow_other_base=True`` to load it anyway).
 """
 
 from __future__ import annotations
@@ -33,12 +36,68 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 SETTING_FILE, RECORD_FILE = "token_reduction.json", "record.json"
 
 
+# where a checkpoint's weights live, in the order loaders look: a sharded checkpoint's index (and the shards it
+# names) before a single file, safetensors before pickles
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def base_weight_files(base_dir: Path) -> list[Path]:
+    """The files that hold a checkpoint's weights: ``<name>.index.json`` and every shard it names (sorted), or
+    the single ``model.safetensors`` / ``pytorch_model.bin``; ValueError naming what is missing."""
+    base_dir = Path(base_dir)
+    if not base_dir.is_dir():
+        raise ValueError(f"base {str(base_dir)!r} is not a directory; use a checkpoint directory (default: the "
+                         "bundled policy)")
+    for name in WEIGHT_FILES:
+        index = base_dir / f"{name}.index.json"
+        if index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
+                raise ValueError(f"{str(index)!r} is not a weights index (needs a 'weight_map'): {err}") from None
+            missing = [s for s in shards if not (base_dir / s).is_file()]
+            if missing:
+                raise ValueError(f"{str(index)!r} names shards that are missing: {missing}")
+            return [index, *(base_dir / s for s in shards)]
+        if (base_dir / name).is_file():
+            return [base_dir / name]
+    raise ValueError(f"base {str(base_dir)!r} holds no weights: none of {list(WEIGHT_FILES)} nor their .index.json")
+
+
+def base_sha256(base_dir: str | Path) -> str:
+    """The fingerprint of a checkpoint's weights that an adapter's record keeps: the sha256 of its one weights
+    file; for a sharded checkpoint, the sha256 of the lines ``<file> <sha256>`` of the index and every shard."""
+    files = base_weight_files(Path(base_dir))
+    if len(files) == 1:
+        return sha256_of(files[0])
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name} {sha256_of(f)}\n".encode())
+    return digest.hexdigest()
+
+
+def check_base(adapter: Path, record: dict[str, Any], base_dir: Path, allow_other_base: bool = False) -> None:
+    """ValueError unless ``base_dir``'s weights are the ones the adapter's record says it was trained on (both
+    hashes named), or the record has no hash; ``allow_other_base=True`` loads it anyway."""
+    found = base_sha256(base_dir)  # also: ValueError when the base holds no weights, whatever allow_other_base
+    expected = record.get("base_sha256")
+    if allow_other_base or found == expected:
+        return
+    if not expected:
+        raise ValueError(f"the adapter {str(adapter)!r} records no base_sha256 in {RECORD_FILE}, so nothing says "
+                         f"{str(base_dir)!r} (sha256 {found}) is the policy it was trained on; pass "
+                         "allow_other_base=True to load it anyway")
+    raise ValueError(f"the adapter {str(adapter)!r} was trained on a base with weights sha256 {expected}, and "
+                     f"{str(base_dir)!r} has sha256 {found}; load it on that base, or pass allow_other_base=True "
+                     "to load it on other weights")
 
 
 def shipped_adapters() -> list[str]:
@@ -68,13 +127,19 @@ def read_adapter(name_or_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any
 
 
 def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None, apply_reduction: bool = True,
-                        dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+                        dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
+                        allow_other_base: bool = False) -> tuple[Any, Any]:
     """(vla, processor): the base policy (default: the bundled one) with the adapter merged in and, with
-    ``apply_reduction``, the adapter's setting attached (``prismatic_tr.vla.apply_token_reduction_from_config``).
+    ``apply_reduction``, the adapter's setting attached (``prismatic_tr.vla.apply_token_reduction_from_config``);
+    without it, no reduction is attached and ``vla.config.token_reduction`` is None.
 
-    ValueError when the base is not the policy the adapter was trained on (its record's sha256 of
-    ``model.safetensors``), so an adapter never silently lands on other weights.
+    ValueError, before anything loads, when the base is not the policy the adapter was trained on (the record's
+    :func:`base_sha256`: the weights file, or a sharded checkpoint's index and every shard) or the adapter records
+    no base at all, so an adapter never silently lands on other weights; ``allow_other_base=True`` loads it anyway.
     """
+    for name, flag in (("apply_reduction", apply_reduction), ("allow_other_base", allow_other_base)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} is not allowed; use True or False")
     try:
         from peft import PeftModel
     except ImportError as err:
@@ -86,13 +151,10 @@ def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None,
     path = adapter_dir(name_or_dir)
     setting, record = read_adapter(path)
     base_dir = Path(base) if base is not None else bundled_policy_dir()
-    expected = record.get("base_sha256")
-    if expected and (base_dir / "model.safetensors").is_file() and sha256_of(base_dir / "model.safetensors") != expected:
-        raise ValueError(f"the adapter {path.name!r} was trained on a base policy with model.safetensors sha256 "
-                         f"{expected[:12]}..., not on {str(base_dir)!r}; load it on that policy")
+    check_base(path, record, base_dir, allow_other_base)
     vla, processor = load_vla(base_dir, dtype=dtype, device=device)
     merged = PeftModel.from_pretrained(vla, str(path), config=lora_config(path)).merge_and_unload()
-    merged.config.token_reduction = setting
+    merged.config.token_reduction = setting if apply_reduction else None
     if apply_reduction:
         apply_token_reduction_from_config(merged)
     return merged, processor
@@ -118,12 +180,15 @@ def lora_config(path: Path) -> Any:
 
 def _summaries(results_dir: Path) -> dict[str, Any]:
     """Validation curve and test rows of a ``finetune_reduced.sh`` output directory (success under the setting
-    and unreduced, Wilson 95 %)."""
+    and unreduced, Wilson 95 %); ValueError naming a results file that is not an ``eval_policy.py`` one."""
     def rows(f: Path) -> dict[str, Any]:
-        data = json.loads(f.read_text())
         keep = ("setting", "successes", "episodes", "success_rate", "success_ci_low", "success_ci_high")
-        return {"split": data["meta"]["split"], "seeds": data["meta"]["seeds"], "command": data["meta"]["command"],
-                "records": [{k: r[k] for k in keep} for r in data["records"]]}
+        try:
+            data = json.loads(f.read_text())
+            return {"split": data["meta"]["split"], "seeds": data["meta"]["seeds"],
+                    "command": data["meta"]["command"], "records": [{k: r[k] for k in keep} for r in data["records"]]}
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{str(f)!r} is not an eval_policy.py results file ({type(err).__name__}: {err})") from None
     out: dict[str, Any] = {"validation": {}, "test": None}
     for f in sorted(results_dir.glob("eval_val_step_*/results.json")):
         out["validation"][f.parent.name.removeprefix("eval_val_")] = rows(f)
@@ -135,22 +200,51 @@ def _summaries(results_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _trained_on(training_config: str | None) -> Path:
-    """The ``vla_path`` of a run's ``config.yaml`` (the bundled policy when there is none)."""
+def _trained_on(training_config: str | None, checkpoint: Path) -> Path:
+    """The ``vla_path`` of a run's ``config.yaml`` (the bundled policy when there is none), absolute: a relative
+    one is found from the working directory, else from the nearest folder above ``checkpoint`` that holds it (the
+    folder the run was started in); ValueError when neither does."""
     import yaml
 
     vla_path = (yaml.safe_load(training_config) or {}).get("vla_path") if training_config else None
-    return Path(vla_path) if vla_path else bundled_policy_dir()
+    if not vla_path:
+        return bundled_policy_dir()
+    path = Path(vla_path)
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = [Path.cwd() / path, *(parent / path for parent in checkpoint.parents)]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    raise ValueError(f"the run's vla_path {vla_path!r} (config.yaml) is not a directory from the working directory "
+                     f"nor from any folder above {str(checkpoint)!r}; pass the base it was trained on (--base)")
+
+
+def _resolved(path: str | Path, what: str, must_be_dir: bool = True) -> Path:
+    """``path`` made absolute from the working directory; ValueError naming it when it must exist and does not."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{what}={path!r} is not allowed; use a directory path")
+    resolved = Path(path).expanduser().resolve()
+    if must_be_dir and not resolved.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is not a directory (resolved to {str(resolved)!r})")
+    return resolved
 
 
 def install_adapter(checkpoint: str | Path, dest: str | Path, results_dir: str | Path | None = None,
                     base: str | Path | None = None) -> Path:
-    """Copy a fine-tuning checkpoint's adapter (weights to float16), its reduction setting and a record into
-    ``dest``. ``base``: the policy it was trained on (default: the run's ``vla_path``), whose sha256 the record
-    keeps. ValueError when ``checkpoint`` has no adapter or no reduction setting."""
+    """Copy a fine-tuning checkpoint's adapter (weights to float16), its reduction setting (a learned scorer as
+    trained) and a record into ``dest``. Relative paths are taken from the working directory. ``base``: the policy
+    it was trained on (default: the run's ``vla_path``), whose :func:`base_sha256` the record keeps. ValueError,
+    before anything is written, on a path that is not there, or when ``checkpoint`` has no adapter or no reduction
+    setting."""
     from safetensors.torch import load_file, save_file
 
-    ckpt, dest = Path(checkpoint), Path(dest)
+    ckpt = _resolved(checkpoint, "checkpoint")
+    dest = _resolved(dest, "dest", must_be_dir=False)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"dest {str(dest)!r} is a file; use a directory (it is created when missing)")
+    results = _resolved(results_dir, "--results") if results_dir is not None else None
     src = ckpt / "adapter"
     config = json.loads((ckpt / "config.json").read_text()) if (ckpt / "config.json").is_file() else {}
     setting = config.get("token_reduction")
@@ -159,18 +253,18 @@ def install_adapter(checkpoint: str | Path, dest: str | Path, results_dir: str |
                          "token_reduction (a vla_scripts/finetune.py LoRA checkpoint trained under a reduction)")
     run_dir = ckpt.parents[1]
     training_config = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").is_file() else None
-    base = Path(base) if base is not None else _trained_on(training_config)
+    base = _resolved(base, "base") if base is not None else _trained_on(training_config, ckpt)
+    record: dict[str, Any] = {
+        "source_checkpoint": str(ckpt), "base": str(base), "base_sha256": base_sha256(base),
+        "training_config": training_config, "weights_dtype": "float16",
+    }
+    if results is not None:
+        record.update(_summaries(results))
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "adapter_config.json", dest / "adapter_config.json")
     weights = {k: v.to(torch.float16).contiguous() for k, v in load_file(str(src / "adapter_model.safetensors")).items()}
     save_file(weights, str(dest / "adapter_model.safetensors"))
     (dest / SETTING_FILE).write_text(json.dumps(setting, indent=2) + "\n")
-    record: dict[str, Any] = {
-        "source_checkpoint": str(ckpt), "base": str(base), "base_sha256": sha256_of(base / "model.safetensors"),
-        "training_config": training_config, "weights_dtype": "float16",
-    }
-    if results_dir is not None:
-        record.update(_summaries(Path(results_dir)))
     (dest / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return dest
 
@@ -183,14 +277,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     inst.add_argument("checkpoint")
     inst.add_argument("dest")
     inst.add_argument("--results", default=None, help="finetune_reduced.sh output dir (curve and test rows)")
+    inst.add_argument("--base", default=None, help="the policy it was trained on (default: the run's vla_path)")
     sub.add_parser("list", help="the shipped adapters")
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
-            print(f"installed {install_adapter(args.checkpoint, args.dest, args.results)}")
+            print(f"installed {install_adapter(args.checkpoint, args.dest, args.results, args.base)}")
         else:
             print("\n".join(shipped_adapters()))
-    except ValueError as err:
+    except (ValueError, OSError) as err:  # one line, no traceback: a path that is not there, a disk that is full
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -12,8 +12,10 @@ multiplied by a straight-through gate ``1 + s_i - stop_grad(s_i)``, exactly 1 in
 inference forward, bit for bit) and ``d gate / d s_i = 1``: the loss tells the scorer whether each kept token
 should weigh more (be picked first, its look-alikes too) or less (leave its slot to another region).
 
-The scorer's ``C + 1`` numbers live with the reduction setting (``TokenReductionSettings.scorer``, saved in a
-checkpoint's ``config.token_reduction``), never in the model's own modules or ``state_dict``.
+The scorer and the cover compute in float32 with autocast off, so a bfloat16-autocast training forward and a
+float32 inference forward given the same tokens pick the same ones. The scorer's ``C + 1`` numbers live with the
+reduction setting (``TokenReductionSettings.scorer``, saved in a checkpoint's ``config.token_reduction``), never in
+the model's own modules or ``state_dict``.
 """
 
 from __future__ import annotations
@@ -61,19 +63,29 @@ class CoverScorer(nn.Module):
         self.bias = nn.Parameter(init[dim].clone())
 
     def log_weights(self, patches: torch.Tensor) -> torch.Tensor:
-        """(B, N, C) -> (B, N) fp32 ``w . LN(x) + b``."""
-        x = F.layer_norm(patches.float(), patches.shape[-1:])
-        return x @ self.weight.to(x.device) + self.bias.to(x.device)
+        """(B, N, C) -> (B, N) fp32 ``w . LN(x) + b``, in float32 under any autocast (:func:`_float32`)."""
+        with _float32(patches):
+            x = F.layer_norm(patches.float(), patches.shape[-1:])
+            return x @ self.weight.to(x.device, torch.float32) + self.bias.to(x.device, torch.float32)
 
     def order(self, patches: torch.Tensor, k: int, log_weights: torch.Tensor) -> torch.Tensor:
-        """(B, N, C), K, (B, N) -> (B, N) scores whose top K are the weighted cover's picks (no gradient)."""
-        with torch.no_grad():
+        """(B, N, C), K, (B, N) -> (B, N) scores whose top K are the weighted cover's picks (no gradient), in
+        float32 under any autocast."""
+        with torch.no_grad(), _float32(patches):
+            x, log_weights = patches.float(), log_weights.float()
             weight = torch.exp(log_weights - log_weights.amax(dim=1, keepdim=True))  # (0, 1], same order
-            return max_min_order(patches, k, weight=weight, first_key=weight * mean_dissimilarity(patches))
+            return max_min_order(x, k, weight=weight, first_key=weight * mean_dissimilarity(x))
 
     def values(self) -> list[float]:
         """The scorer as ``TokenReductionSettings.scorer`` stores it: [w_1 .. w_C, b]."""
         return [float(v) for v in torch.cat([self.weight.detach().flatten(), self.bias.detach().view(1)]).cpu()]
+
+
+def _float32(patches: torch.Tensor) -> torch.autocast:
+    """Autocast off on ``patches``' device: the scorer and the cover run in float32 whatever the caller's autocast
+    (a bfloat16 matmul would round the log-weights and distances, and training under autocast would pick other
+    tokens than inference in float32)."""
+    return torch.autocast(device_type=patches.device.type, enabled=False)
 
 
 def straight_through_gate(log_weights_kept: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,21 @@
-"""Registry of reduction strategies, filled by decorators in the strategy modules."""
+"""Registry of reduction strategies, filled by decorators in the strategy modules.
+
+It imports nothing of the package at run time (the config types below are annotations only), so that the
+config can ask it which methods exist and the strategies can register into it without an import circle. The
+built-in strategies are registered by ``prismatic_tr.reducers``' ``__init__``, which Python runs before any of
+its modules, this one included.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
+if TYPE_CHECKING:
+    from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
 
 
 class ScoreFn(Protocol):
@@ -73,7 +80,6 @@ def register_strategy(
 
 def get_strategy(name: str) -> Strategy:
     """The strategy registered as ``name``; ``ValueError`` listing the allowed names otherwise."""
-    _load_builtin()
     if name not in _STRATEGIES:
         raise ValueError(f"unknown reduction method {name!r}; allowed: {', '.join(available_methods())}")
     return _STRATEGIES[name]
@@ -81,17 +87,11 @@ def get_strategy(name: str) -> Strategy:
 
 def available_methods() -> list[str]:
     """Registered strategy names, sorted."""
-    _load_builtin()
     return sorted(_STRATEGIES)
 
 
 def selection_methods() -> list[str]:
     """Registered strategies that keep a subset of tokens by a per-token score (``Strategy.score``), sorted:
     the ones a site that selects tokens itself (the ``vision`` site) can use."""
-    _load_builtin()
     return sorted(name for name, s in _STRATEGIES.items() if s.score is not None)
 
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in strategies; this keeps registry usable on its own.
-    import prismatic_tr.reducers.strategies  # noqa: F401

@@ -10,7 +10,7 @@ from torch import nn
 from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import Strategy, get_strategy
-from prismatic_tr.reducers.strategies.selection import gather_rows, top_indices
+from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
 
 
 class TokenReducer(nn.Module):
@@ -34,8 +34,6 @@ class TokenReducer(nn.Module):
         self.strategy: Strategy = get_strategy(self.cfg.method)
         self._generators: dict[str, torch.Generator] = {}
         self._keys = KeyStream(self.cfg.seed)
-        self.last_indices: torch.Tensor | None = None
-        self.last_positions: torch.Tensor | None = None
 
     @property
     def is_identity(self) -> bool:
@@ -92,11 +90,8 @@ class TokenReducer(nn.Module):
         return ReductionOutput(tokens, out.indices, out.positions)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, P + N, D) -> (B, P + K, D); the kept indices are left in ``self.last_indices`` and, for merged
-        tokens, their positions among the input patches in ``self.last_positions`` (else None)."""
-        out = self.reduce(x)
-        self.last_indices, self.last_positions = out.indices, out.positions
-        return out.tokens
+        """(B, P + N, D) -> (B, P + K, D). What was kept is returned by :meth:`reduce`; nothing is stored."""
+        return self.reduce(x).tokens
 
     def extra_repr(self) -> str:
         c = self.cfg

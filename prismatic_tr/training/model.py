@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -9,9 +10,15 @@ import torch
 from torch import nn
 
 from prismatic_tr.models import load_vla
+from prismatic_tr.reducers.learned import LEARNED
 from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
 from prismatic_tr.training.quantization import quantize_linears
-from prismatic_tr.vla import attach_token_reduction, get_token_reduction, remove_token_reduction
+from prismatic_tr.vla import (
+    attach_token_reduction,
+    get_token_reduction,
+    read_settings,
+    remove_token_reduction,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +55,26 @@ def set_token_reduction(vla: nn.Module, cfg: TokenReductionConfig) -> None:
             remove_token_reduction(vla)
             vla.config.token_reduction = None
         return
-    attach_token_reduction(vla, settings)
+    attach_token_reduction(vla, with_carried_scorer(vla, settings))
+
+
+def with_carried_scorer(vla: nn.Module, settings: Any) -> Any:
+    """``settings`` with the learned scorer that ``vla``'s own config carries (a checkpoint fine-tuned under
+    ``learned``), so a fine-tune from it starts from the trained scorer, not from zeros; ``settings`` unchanged when
+    it is not ``learned``, names a scorer itself, or the checkpoint has none. ValueError when the carried scorer was
+    trained at another site or depth (it scores other tokens there)."""
+    if settings.method != LEARNED or settings.scorer is not None:
+        return settings
+    carried = [s for s in read_settings(getattr(vla, "config", None)) if s.scorer is not None]
+    if not carried:
+        return settings
+    own = carried[0]
+    if (own.site, own.depth_fraction) != (settings.site, settings.depth_fraction):
+        raise ValueError(f"token_reduction site={settings.site!r} depth_fraction={settings.depth_fraction!r}: the "
+                         f"checkpoint's learned scorer was trained at site={own.site!r} depth_fraction="
+                         f"{own.depth_fraction!r}; fine-tune at that depth to keep training it")
+    logger.info("token_reduction: keeping the learned scorer the checkpoint carries (%d values)", len(own.scorer))
+    return dataclasses.replace(settings, scorer=list(own.scorer))
 
 
 def build_teacher(cfg: FinetuneConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:

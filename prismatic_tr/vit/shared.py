@@ -35,7 +35,7 @@ from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import get_strategy, selection_methods
-from prismatic_tr.reducers.strategies.selection import (
+from prismatic_tr.reducers.tensor_ops import (
     gather_rows,
     gather_tokens,
     take_along,
@@ -115,9 +115,10 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str | R
 class SharedSelectionHandle:
     """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
 
-    ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n; ``last_indices``:
-    (B, n) patch indices chosen in the latest forward; ``on_select(indices)``, if given, is called with them
-    each time the scoring tower chooses (once per image when a backbone runs its towers image by image).
+    ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n. The scoring tower's choice,
+    (B, n) patch indices, is handed to the other towers of the same pass (``pending``: set by the first tower,
+    cleared once the last tower has gathered, so nothing crosses to the next pass) and to ``on_select(indices)``,
+    if given, each time the scoring tower chooses (once per image when a backbone runs its towers image by image).
     """
 
     def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
@@ -130,7 +131,7 @@ class SharedSelectionHandle:
         self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
-        self.last_indices: torch.Tensor | None = None
+        self.pending: torch.Tensor | None = None
         self._scoring: str | ReducerConfig = config.scoring if config.scoring in SCORINGS + (LEARNED,) else \
             ReducerConfig(method=config.scoring, reduction_ratio=config.keep_ratio)
         self._keys = KeyStream(config.seed) if draws_at_random(config.scoring) else None
@@ -144,11 +145,14 @@ class SharedSelectionHandle:
             p = tower.num_prefix_tokens
             if tower_index == 0:
                 return self._select(tower, block, out)
-            if self.last_indices is None or self.last_indices.shape[0] != out.shape[0]:
+            if self.pending is None or self.pending.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
-            kept = gather_rows(out, self.last_indices, p)
-            return kept if self._gate is None else _gated(kept, self._gate, p)
+            kept = gather_rows(out, self.pending, p)
+            kept = kept if self._gate is None else _gated(kept, self._gate, p)
+            if tower_index == len(self.towers) - 1:  # the pass is complete: its choice is not kept
+                self.pending, self._gate = None, None
+            return kept
 
         return hook
 
@@ -163,14 +167,16 @@ class SharedSelectionHandle:
             key = self._keys.next_key() if self._keys is not None else None
             scores = patch_scores(tower, block, out, self._scoring, key)
         positions = top_indices_after_prefix(scores, self.kept, p)
-        self.last_indices = positions[:, p:] - p if p else positions  # patch indices, for the others
+        chosen = positions[:, p:] - p if p else positions  # patch indices
         if self.on_select is not None:
-            self.on_select(self.last_indices)
+            self.on_select(chosen)
         kept = gather_tokens(out, positions)
-        self._gate = None
+        gate = None
         if log_weights is not None and log_weights.requires_grad:  # training the scorer: the gate carries its loss
-            self._gate = straight_through_gate(take_along(log_weights, self.last_indices))
-            kept = _gated(kept, self._gate, p)
+            gate = straight_through_gate(take_along(log_weights, chosen))
+            kept = _gated(kept, gate, p)
+        if len(self.towers) > 1:  # for the other towers of this pass
+            self.pending, self._gate = chosen, gate
         return kept
 
     def reseed(self) -> None:
@@ -183,7 +189,7 @@ class SharedSelectionHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self.last_indices, self._gate = None, None
+        self.pending, self._gate = None, None
 
     def __enter__(self) -> SharedSelectionHandle:
         return self

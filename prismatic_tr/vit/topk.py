@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from prismatic_tr.reducers.strategies.selection import gather_tokens, top_indices_after_prefix
+from prismatic_tr.reducers.tensor_ops import gather_tokens, top_indices_after_prefix
 
 __all__ = ["query_row_scores", "topk_keep"]
 

@@ -19,6 +19,7 @@ from prismatic_tr.vla.quick import (
     apply_50_percent_topk_reduction,
     monkey_patch_vision_backbone_with_reduction,
 )
+from prismatic_tr.vla.scope import CallRecord, reduction_call
 from prismatic_tr.vla.settings import CONFIG_KEY, POSITIONS, SITES, TokenReductionSettings, read_settings
 from prismatic_tr.vla.sites import LLMSiteHandle, ProjectorSiteHandle, ReductionHandle, VisionSiteHandle
 
@@ -27,6 +28,7 @@ __all__ = [
     "POSITIONS",
     "SITES",
     "BackboneInfo",
+    "CallRecord",
     "LLMSiteHandle",
     "ProjectorSiteHandle",
     "ReductionHandle",
@@ -42,6 +44,7 @@ __all__ = [
     "live_handles",
     "monkey_patch_vision_backbone_with_reduction",
     "read_settings",
+    "reduction_call",
     "reduction_cut",
     "reductions_attached",
     "remove_token_reduction",

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.reducers import TokenReducer
+from prismatic_tr.reducers.config import ReductionOutput
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class PerImageReducer(nn.Module):
     ``forward``: (B, P_pre + n * P, D) -> (B, P_pre + n * K, D) with K = ``reducer.output_tokens(P)``; the
     reducer's ``num_prefix_tokens`` must equal the layout's prefix (which is 0 whenever n > 1). Images stay in
     order and image i's tokens stay in their own block; ``random`` draws every image independently.
-    ``reducer.last_indices`` holds (B * n, K) patch indices within each image (row ``b * n + i``).
+    :meth:`reduce` also returns where each output token sits among the input tokens; nothing is stored.
     """
 
     def __init__(self, reducer: TokenReducer, layout: TokenLayout) -> None:
@@ -102,12 +103,12 @@ class PerImageReducer(nn.Module):
         """Restart the ``random`` strategy's draws (see :meth:`TokenReducer.reseed`)."""
         self.reducer.reseed(seed)
 
-    def last_kept(self) -> torch.Tensor:
-        """(B, N') where each token of the last output sits among the layout's ``num_tokens`` input tokens:
-        prefix tokens at their own index, image ``i``'s kept patch ``j`` at ``prefix + i * P + j``; int64, or
-        float32 when the reducer merges tokens (a pooled window's position)."""
-        r, lay = self.reducer, self.layout
-        within = r.last_positions if r.last_positions is not None else r.last_indices  # (B * n, K)
+    def kept_positions(self, out: ReductionOutput) -> torch.Tensor:
+        """(B, N') where each token of the output ``out`` (of the reducer on (B * n, P) rows) sits among the
+        layout's ``num_tokens`` input tokens: prefix tokens at their own index, image ``i``'s kept patch ``j`` at
+        ``prefix + i * P + j``; int64, or float32 when the reducer merges tokens (a pooled window's position)."""
+        lay = self.layout
+        within = out.positions if out.positions is not None else out.indices  # (B * n, K)
         b = within.shape[0] // lay.num_images
         offsets = torch.arange(lay.num_images, device=within.device)[:, None] * lay.patches + lay.prefix
         kept = (within.reshape(b, lay.num_images, -1) + offsets).reshape(b, -1)
@@ -116,17 +117,21 @@ class PerImageReducer(nn.Module):
         prefix = torch.arange(lay.prefix, device=kept.device, dtype=kept.dtype).expand(b, -1)
         return torch.cat([prefix, kept], dim=1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, N, D) -> (B, N', D): each image reduced by ``reducer``, results concatenated in image order."""
+    def reduce(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, N, D) -> the reduced tokens (B, N', D) and where each sits among the N (B, N'), see
+        :meth:`kept_positions`."""
         if x.dim() != 3 or x.shape[1] != self.layout.num_tokens:
             raise ValueError(
                 f"expected features of shape (B, {self.layout.num_tokens}, D) for {self.layout}, got {tuple(x.shape)}"
             )
         n = self.layout.num_images
-        if n == 1:
-            return self.reducer(x)
         b, _, d = x.shape
-        return self.reducer(x.reshape(b * n, self.layout.patches, d)).reshape(b, -1, d)
+        out = self.reducer.reduce(x if n == 1 else x.reshape(b * n, self.layout.patches, d))
+        return (out.tokens if n == 1 else out.tokens.reshape(b, -1, d)), self.kept_positions(out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) -> (B, N', D): each image reduced by ``reducer``, results concatenated in image order."""
+        return self.reduce(x)[0]
 
     def extra_repr(self) -> str:
         lay = self.layout

@@ -59,6 +59,19 @@ def unwrap_vla(vla: nn.Module) -> nn.Module:
     )
 
 
+def innermost_vla(vla: nn.Module) -> nn.Module:
+    """The innermost model that owns ``vision_backbone``, through every wrapper (PEFT forwards attribute access to
+    its base, so :func:`unwrap_vla` stops at the PEFT model): the object whose own ``forward``, ``generate`` and
+    ``predict_action`` run whichever wrapper is called. ``ValueError`` if there is none."""
+    obj = unwrap_vla(vla)
+    for _ in range(_MAX_DEPTH):
+        inner = next((_get_path(obj, p) for p, _ in _WRAPPER_PATHS[1:] if _get_path(obj, p) is not None), None)
+        if inner is None or inner is obj or not isinstance(getattr(inner, "vision_backbone", None), nn.Module):
+            return obj
+        obj = inner
+    return obj
+
+
 def find_vision_backbone(vla: nn.Module) -> BackboneInfo:
     """Locate the backbone and tell which flavour of OpenVLA model holds it."""
     model = unwrap_vla(vla)

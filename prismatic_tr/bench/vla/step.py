@@ -27,6 +27,7 @@ from prismatic_tr.bench.vla.specs import PHASES  # noqa: F401  (re-exported: the
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
 from prismatic_tr.vla import get_token_reduction, unwrap_vla
+from prismatic_tr.vla.scope import CallRecord, reduction_call
 
 REQUIRED_API: tuple[str, ...] = ("build_multimodal_inputs", "make_prompt", "generate", "predict_action")
 
@@ -122,11 +123,10 @@ class PolicyStep:
         return self.user_model.predict_action(input_ids=i.input_ids, pixel_values=i.pixel_values,
                                               attention_mask=i.attention_mask, unnorm_key=unnorm_key, do_sample=False)
 
-    def llm_visual_tokens(self, projected: int) -> int:
-        """Visual tokens the LLM kept in the last prefill: the llm site's choice if attached, else all."""
-        handle = get_token_reduction(self.user_model, site="llm")
-        kept = handle.last_kept if handle is not None else None
-        return int(kept.shape[1]) if kept is not None else projected
+    @staticmethod
+    def llm_visual_tokens(record: CallRecord, projected: int) -> int:
+        """Visual tokens the LLM kept in the step's prefill: the llm site's choice if attached, else all."""
+        return int(record.llm_kept.shape[1]) if record.llm_kept is not None else projected
 
     def vision(self) -> torch.Tensor:
         """Unreduced backbone features (B, N, D); ``forward`` bypasses the reduction hook."""
@@ -160,11 +160,12 @@ class PolicyStep:
         """One full step. ``call(name, fn)`` runs phase ``name`` as ``fn()`` and returns its result; use it
         to time (``timed_call``) or count each phase. The default just calls ``fn()``."""
         call = call or _plain_call
-        features = call("vision", self.vision)
-        reduced = call("reducer", lambda: self.finish(features))
-        projected = call("projector", lambda: self.project(reduced))
-        state = call("prefill", lambda: self.prefill(projected))
-        tokens = call("decode", lambda: self.decode(state))
+        with reduction_call(self.user_model) as record:  # the phases are one top-level call of the model
+            features = call("vision", self.vision)
+            reduced = call("reducer", lambda: self.finish(features))
+            projected = call("projector", lambda: self.project(reduced))
+            state = call("prefill", lambda: self.prefill(projected))
+            tokens = call("decode", lambda: self.decode(state))
         shapes = {
             "pixel_values_shape": list(self.inputs.pixel_values.shape),
             "vision_features_shape": list(features.shape),
@@ -172,7 +173,8 @@ class PolicyStep:
             "projected_shape": list(projected.shape),
             "action_tokens_shape": list(tokens.shape),
         }
-        return StepOutput(tokens, state.logits, shapes, state.seq_len, self.llm_visual_tokens(projected.shape[1]))
+        return StepOutput(tokens, state.logits, shapes, state.seq_len,
+                          self.llm_visual_tokens(record, projected.shape[1]))
 
 
 def _plain_call(name: str, fn: Callable[[], T]) -> T:

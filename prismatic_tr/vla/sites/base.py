@@ -2,12 +2,14 @@
 tokens' positions.
 
 :class:`SiteHandle`: ``settings``, ``info``, ``removed``, ``attach()``, ``remove()`` (exact undo), a context
-manager. :class:`BackboneSlotHandle` (the ``projector`` and ``vision`` sites) adds the backbone's slot (one
-such handle per backbone, the reduced count reported by ``get_num_patches()``) and the position hand-off: after
-every forward of the backbone the site calls :meth:`BackboneSlotHandle.hand_on` with where each visual token
-it passes on sits among the unreduced ones; with ``positions="original"`` a
-:class:`prismatic_tr.llm.rope.PositionRemap` on the language model gives those tokens, and every token after them,
-their unreduced position ids (:func:`prismatic_tr.llm.positions.original_positions`).
+manager; while attached it holds the model's call scope (:mod:`prismatic_tr.vla.scope`), so that what it hands
+on lives for one top-level call. :class:`BackboneSlotHandle` (the ``projector`` and ``vision`` sites) adds the
+backbone's slot (one such handle per backbone, the reduced count reported by ``get_num_patches()``) and the
+position hand-off: after every forward of the backbone the site calls :meth:`BackboneSlotHandle.hand_on` with
+where each visual token it passes on sits among the unreduced ones, which goes into the current call's record;
+with ``positions="original"`` a :class:`prismatic_tr.llm.rope.PositionRemap` on the language model takes it at
+the call's first fresh language-model call and gives those tokens, and every token after them, their unreduced
+position ids (:func:`prismatic_tr.llm.positions.original_positions`). Outside a call nothing is handed on.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import torch
 from torch import nn
 
 from prismatic_tr.llm.rope import PositionRemap
-from prismatic_tr.vla.locate import BackboneInfo, images_in_input
+from prismatic_tr.vla.locate import BackboneInfo, images_in_input, innermost_vla
 from prismatic_tr.vla.registry import claim_backbone_slot, release_backbone_slot
+from prismatic_tr.vla.scope import CallRecord, CallScope, release_scope, use_scope
 from prismatic_tr.vla.settings import TokenReductionSettings
 
 
@@ -28,6 +31,7 @@ class SiteHandle:
 
     def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
         self.info, self.settings, self.removed = info, settings, True
+        self.scope: CallScope | None = None
 
     @property
     def backbone(self) -> nn.Module:
@@ -44,6 +48,19 @@ class SiteHandle:
 
     def remove(self) -> None:
         raise NotImplementedError
+
+    def _hold_scope(self) -> None:
+        """Install (or share) the model's call scope: what this site hands on lives for one top-level call."""
+        self._scope_owner = innermost_vla(self.info.model)
+        self.scope = use_scope(self._scope_owner)
+
+    def _drop_scope(self) -> None:
+        release_scope(self._scope_owner)
+        self.scope = None
+
+    def current_record(self) -> CallRecord | None:
+        """The record of the top-level call running now (None outside one, or when detached)."""
+        return self.scope.record if self.scope is not None else None
 
     def snapshot(self) -> TokenReductionSettings:
         """The settings as they stand now (a site that learns, the vision site's "learned", adds its state)."""
@@ -79,8 +96,8 @@ class BackboneSlotHandle(SiteHandle):
     reduces there; the vision site, which reduced inside the towers, collects what they kept), which calls
     :meth:`hand_on`. A benchmark that runs ``backbone.forward`` (no hooks) calls ``finish_forward`` itself.
     Subclasses add their own hooks in ``_attach_site`` / ``_remove_site`` and report
-    ``reduced_num_patches_per_image()``. ``last_kept``: (B, K) positions of the visual tokens of the last
-    forward among the unreduced ones.
+    ``reduced_num_patches_per_image()``. What a call kept: ``with reduction_call(vla) as call: ...``, then
+    ``call.kept`` (:mod:`prismatic_tr.vla.scope`).
     """
 
     count_known = True
@@ -88,7 +105,6 @@ class BackboneSlotHandle(SiteHandle):
     def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
         super().__init__(info, settings)
         self.positions: PositionRemap | None = None
-        self.last_kept: torch.Tensor | None = None
         # Positions live in the language model; a model without one (a feature extractor) has none to keep.
         self.keeps_positions = settings.positions == "original" and hasattr(info.model, "language_model")
         if self.keeps_positions:
@@ -105,10 +121,16 @@ class BackboneSlotHandle(SiteHandle):
         return self.reduced_num_patches_per_image() * images_in_input(self.backbone)
 
     def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
-        """After a backbone forward: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``."""
-        self.last_kept = kept
-        if self.positions is not None:
-            self.positions.record(kept, num_original)
+        """After a backbone forward: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``;
+        recorded for the current top-level call only (outside one, nothing is recorded)."""
+        record = self.current_record()
+        if record is not None:
+            record.hand_on(kept, num_original)
+
+    def _positions_of_call(self) -> tuple[torch.Tensor, int] | None:
+        """What the position keeping applies at a fresh language-model call: the current call's hand-off."""
+        record = self.current_record()
+        return record.take_positions() if record is not None else None
 
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """The backbone's output (B, N, D) -> what the projector receives; hands the positions on."""
@@ -135,7 +157,11 @@ class BackboneSlotHandle(SiteHandle):
 
         self._backbone_hook = self.backbone.register_forward_hook(after_backbone)
         if self.keeps_positions:
-            self.positions = PositionRemap(language_model(self.info))
+            def source() -> tuple[torch.Tensor, int] | None:  # a closure, as above
+                return self._positions_of_call()
+
+            self.positions = PositionRemap(language_model(self.info), source)
+        self._hold_scope()
         claim_backbone_slot(self, self.count_known)
         return self
 
@@ -148,5 +174,5 @@ class BackboneSlotHandle(SiteHandle):
         if self.positions is not None:
             self.positions.remove()
             self.positions = None
-        self.last_kept = None
+        self._drop_scope()
         release_backbone_slot(self)

@@ -1,7 +1,8 @@
 """The ``llm`` site: visual-token pruning inside the language model during a generation prefill, undoably.
 
 :func:`prismatic_tr.llm.apply_llm_pruning` on ``language_model`` before layer ``round(depth_fraction * layers)``;
-a forward hook on the projector tells it how many visual tokens the current call has. The projector still
+a forward hook on the projector tells it how many visual tokens the current call has, through the call's record
+(:mod:`prismatic_tr.vla.scope`: a projector run outside a top-level call, or in an earlier one, tells it nothing). The projector still
 receives every visual token, so the reported counts do not change. Only a generation's prefill is pruned (see
 :mod:`prismatic_tr.llm.patch`): a plain forward, with or without labels, equals the unreduced model. The pruned
 layers hold the kept positions only, at their original position ids: OpenVLA's autoregressive action tokens (the
@@ -46,7 +47,6 @@ class LLMSiteHandle(SiteHandle):
             raise ValueError(f"{type(info.model).__name__}.language_model is not a Llama-style decoder with at least "
                              "2 layers; the llm site needs one")
         self.lm, self.layer = lm, llm_layer(len(layers), settings.depth_fraction)
-        self._num_visual: int | None = None
         self.pruning: LLMPruningHandle | None = None
         self._projector_hook: Any = None
 
@@ -56,23 +56,26 @@ class LLMSiteHandle(SiteHandle):
         return f"LLM after {self.layer}/{len(self.lm.model.layers)} layers"
 
     def _record(self, module: nn.Module, args: Any, out: torch.Tensor) -> None:
-        self._num_visual = int(out.shape[1])
+        record = self.current_record()
+        if record is not None:
+            record.num_visual, record.count_taken = int(out.shape[1]), False
 
     def _take(self) -> int | None:
-        """K of the current call, consumed by the fresh language-model call that uses it (a text-only call then
-        sees None)."""
-        k, self._num_visual = self._num_visual, None
-        return k
+        """K of the current call, for its first fresh language-model call (a text-only call sees None)."""
+        record = self.current_record()
+        return record.take_count() if record is not None else None
 
-    @property
-    def last_kept(self) -> torch.Tensor | None:
-        """(B, n) indices (among the visual tokens the projector passed on) kept by the last pruned prefill."""
-        return self.pruning.last_kept if self.pruning is not None else None
+    def _kept(self, kept: torch.Tensor) -> None:
+        """The prefill chose ``kept`` (B, n): told to the current call's record (``call.llm_kept``)."""
+        record = self.current_record()
+        if record is not None:
+            record.llm_kept = kept
 
     def attach(self) -> LLMSiteHandle:
+        self._hold_scope()
         self._projector_hook = self.info.model.projector.register_forward_hook(self._record)
         self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.reduction_ratio, self._take,
-                                         self.settings.num_queries)
+                                         self.settings.num_queries, on_kept=self._kept)
         self.info.model.__dict__[LLM_HANDLE_ATTR] = self
         self.removed = False
         sync_config(self.info.model)
@@ -83,6 +86,7 @@ class LLMSiteHandle(SiteHandle):
             return
         self.pruning.remove()
         self._projector_hook.remove()
+        self._drop_scope()
         self.info.model.__dict__.pop(LLM_HANDLE_ATTR, None)
         self.removed = True
         sync_config(self.info.model)

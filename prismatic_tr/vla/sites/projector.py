@@ -81,9 +81,8 @@ class ProjectorSiteHandle(BackboneSlotHandle):
 
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """Backbone features (B, N, D) -> reduced (B, N', D), the kept tokens' positions handed on."""
-        reducer = self.reducer_for(features.shape[1])
-        out = reducer(features)
-        self.hand_on(reducer.last_kept(), features.shape[1])
+        out, kept = self.reducer_for(features.shape[1]).reduce(features)
+        self.hand_on(kept, features.shape[1])
         return out
 
     def __repr__(self) -> str:

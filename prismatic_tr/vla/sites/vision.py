@@ -32,6 +32,8 @@ from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
 from prismatic_tr.vla.settings import TokenReductionSettings
 from prismatic_tr.vla.sites.base import BackboneSlotHandle
 
+MAX_IMAGES = 16  # images one backbone forward may encode per sample (OpenVLA-OFT uses up to 3)
+
 
 class VisionSiteHandle(BackboneSlotHandle):
     """Token selection inside the vision towers (see the module docstring)."""
@@ -44,7 +46,8 @@ class VisionSiteHandle(BackboneSlotHandle):
         if self.scorer is not None:
             self.scorer.to(next(self.towers[0].parameters()).device)
         self.selection: SharedSelectionHandle | None = None
-        self._chosen: list[torch.Tensor] = []
+        self._chosen: list[torch.Tensor] = []  # this backbone forward's choices, one per image
+        self._start_hook = None
 
     def scorer_parameters(self) -> list[nn.Parameter]:
         """The learned scorer's parameters (none for every other method): trained beside the policy."""
@@ -88,7 +91,14 @@ class VisionSiteHandle(BackboneSlotHandle):
         s = self.settings
 
         def on_select(indices: torch.Tensor) -> None:  # a closure: torch 2.2's dynamo cannot call list.append
+            if len(self._chosen) >= MAX_IMAGES:  # towers run by hand, never through the backbone: stay bounded
+                del self._chosen[0]
             self._chosen.append(indices)  # bound as a hook argument
+
+        def start(module: nn.Module, args: tuple) -> None:  # nothing of an earlier (failed) forward is read
+            self._chosen.clear()
+
+        self._start_hook = self.backbone.register_forward_pre_hook(start)
 
         self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.reduction_ratio, s.method,
                                                 on_select=on_select, seed=s.seed, scorer=self.scorer)
@@ -100,4 +110,5 @@ class VisionSiteHandle(BackboneSlotHandle):
 
     def _remove_site(self) -> None:
         self.selection.remove()
+        self._start_hook.remove()
         self._chosen.clear()

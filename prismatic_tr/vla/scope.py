@@ -1,0 +1,164 @@
+"""One top-level call of a VLA, and the hand-offs between its parts that live exactly as long as it.
+
+A reduction before the language model learns something in the backbone or projector (which visual tokens it
+kept and where they sat, how many the projector passed on) that the language model needs later in the same
+call. That knowledge goes into a :class:`CallRecord`, made fresh for each top-level call and dropped when the
+call returns or raises, so nothing crosses from one call to the next: a standalone ``embed_images`` (or a
+backbone that raises) followed by a text-only ``generate`` runs exactly as the unreduced model.
+
+The top-level calls are the VLA's ``forward``, ``generate`` and ``predict_action`` (whichever the model has):
+while any site is attached they are wrapped on the instance of the innermost model
+(:func:`prismatic_tr.vla.locate.innermost_vla`: under PEFT, DDP or ``torch.compile`` the wrapped model's own
+methods, which every wrapper ends up calling), in ``model.__dict__``, removed with the last site, so the model is
+exactly as before. Wrapping the methods, not hooking ``__call__``, also scopes the calls that reach
+``forward`` directly (PEFT's ``LoraModel`` calls ``self.model.forward``) and OpenVLA-OFT's ``predict_action``,
+which runs the backbone and the language model itself. Nested calls (``predict_action`` -> ``generate`` ->
+``forward`` per step) share the outermost call's record.
+
+Code that runs the parts by hand (a phase benchmark: backbone, projector, language model) opens a call itself:
+``with reduction_call(vla) as call: ...``; ``call.kept`` then tells which tokens the reduction kept. Outside any
+call nothing is recorded, so the parts run by hand without one see no positions and no visual count.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+SCOPE_ATTR = "_prismatic_tr_scope"
+SCOPED_METHODS = ("forward", "generate", "predict_action")
+
+
+@dataclass
+class CallRecord:
+    """What the parts of one top-level call hand each other.
+
+    kept: (B, K) where each visual token the language model receives sits among ``num_original`` unreduced
+        ones (int64, or float for pooled tokens); set after the backbone, read by the call's first fresh
+        language-model call (position keeping).
+    num_original: N, the unreduced visual tokens per sample.
+    num_visual: K, the visual tokens the projector put out (the ``llm`` site's window).
+    llm_kept: (B, n) visual tokens (among K) the ``llm`` site kept in this call's prefill.
+    """
+
+    kept: torch.Tensor | None = None
+    num_original: int | None = None
+    num_visual: int | None = None
+    llm_kept: torch.Tensor | None = None
+    positions_taken: bool = False
+    count_taken: bool = False
+
+    def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
+        """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``."""
+        self.kept, self.num_original, self.positions_taken = kept, int(num_original), False
+
+    def take_positions(self) -> tuple[torch.Tensor, int] | None:
+        """For the call's first fresh language-model call: ``(kept, num_original)``, once; later calls get None."""
+        if self.kept is None or self.positions_taken:
+            return None
+        self.positions_taken = True
+        return self.kept, int(self.num_original)
+
+    def take_count(self) -> int | None:
+        """For the call's first fresh language-model call: K, once; later calls get None."""
+        if self.num_visual is None or self.count_taken:
+            return None
+        self.count_taken = True
+        return self.num_visual
+
+
+class CallScope:
+    """The calls in flight on one model: ``depth`` and the outermost call's :class:`CallRecord` (None between
+    calls). ``users``: live sites that need it; ``originals``: the instance methods wrapped."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.record: CallRecord | None = None
+        self.users = 0
+        self.wrapped: list[str] = []
+
+    def enter(self) -> CallRecord:
+        if self.depth == 0:
+            self.record = CallRecord()
+        self.depth += 1
+        return self.record
+
+    def exit(self) -> None:
+        self.depth -= 1
+        if self.depth <= 0:
+            self.depth, self.record = 0, None
+
+
+def scope_of(model: nn.Module) -> CallScope | None:
+    """The call scope installed on ``model`` or the model it wraps (PEFT, DDP, compiled), or None."""
+    from prismatic_tr.vla.locate import innermost_vla
+
+    return innermost_vla(model).__dict__.get(SCOPE_ATTR)
+
+
+def current_record(model: nn.Module) -> CallRecord | None:
+    """The record of the top-level call running on ``model`` now, or None outside any call."""
+    scope = scope_of(model)
+    return scope.record if scope is not None else None
+
+
+def _scoped(scope: CallScope, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        scope.enter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            scope.exit()
+
+    return call
+
+
+def use_scope(model: nn.Module) -> CallScope:
+    """Install the call scope on ``model`` (first user: wrap its top-level methods) and count one more user.
+    ``model``: the innermost VLA (:func:`prismatic_tr.vla.locate.innermost_vla`)."""
+    scope = model.__dict__.get(SCOPE_ATTR)
+    if scope is None:
+        scope = CallScope()
+        for name in SCOPED_METHODS:
+            if callable(getattr(type(model), name, None)) and name not in model.__dict__:
+                model.__dict__[name] = _scoped(scope, getattr(model, name))
+                scope.wrapped.append(name)
+        model.__dict__[SCOPE_ATTR] = scope
+    scope.users += 1
+    return scope
+
+
+def release_scope(model: nn.Module) -> None:
+    """One user fewer; the last one takes the wrappers and the scope off ``model``, leaving it as before."""
+    scope = model.__dict__.get(SCOPE_ATTR)
+    if scope is None:
+        return
+    scope.users -= 1
+    if scope.users > 0:
+        return
+    for name in scope.wrapped:
+        model.__dict__.pop(name, None)
+    model.__dict__.pop(SCOPE_ATTR, None)
+
+
+@contextmanager
+def reduction_call(vla: nn.Module) -> Iterator[CallRecord]:
+    """One top-level call opened by hand: ``with reduction_call(vla) as call:`` runs the parts of a step (backbone,
+    projector, language model) as one call; ``call.kept`` / ``call.llm_kept`` tell what was kept. Works on a
+    wrapped model (PEFT, DDP, compiled). Without a reduction attached it records nothing."""
+    scope = scope_of(vla)
+    if scope is None:
+        yield CallRecord()
+        return
+    record = scope.enter()
+    try:
+        yield record
+    finally:
+        scope.exit()

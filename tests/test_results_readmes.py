@@ -1,0 +1,83 @@
+"""Records say what happened: every file or folder a results README under ``benchmarks/results/`` points to exists,
+and every test figure of the fine-tuning table names the checkpoint it is from (the table is the one
+``benchmarks/finetune_curves.py`` prints from the committed files)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+READMES = sorted(RESULTS.glob("*/README.md"))
+SUFFIXES = (".json", ".csv", ".png", ".py", ".sh", ".txt", ".md", ".log", ".yaml", ".safetensors")
+NOT_COMMITTED = ("outputs/", "runs/", "/tmp/")  # where commands write their run outputs, never committed
+
+
+def pointers(text: str) -> list[str]:
+    """Paths in a README: words inside `code spans` and the targets of [links](...) that look like a file (a
+    known suffix) or a folder (a slash); placeholders (``<dir>``), options and assignments are left out."""
+    spans = re.findall(r"`([^`]+)`", text) + re.findall(r"\]\(([^)#\s]+)[^)]*\)", text)
+    found = []
+    for span in spans:
+        for word in span.split():
+            word = word.strip("\"',;()")
+            word = re.split(r"::|:(?=[A-Za-z_])", word)[0]  # tests/x.py::test_name, file.py:function
+            if (not word or word.startswith(("-", "http", "$", "~")) or any(c in word for c in "<>=[]{}@+|")
+                    or "..." in word
+                    or word.startswith(NOT_COMMITTED)):
+                continue
+            if "/" in word or word.endswith(SUFFIXES):
+                found.append(word)
+    return sorted(set(found))
+
+
+def exists(word: str, readme: Path) -> bool:
+    """Relative to the README's folder, the repository or the package; a bare file name (or glob) anywhere under
+    ``benchmarks/results/`` (a run's ``eval_test.json``) or one or two levels under the repository
+    (``make_demos.py``: vla_scripts/)."""
+    roots = [readme.parent, ROOT, ROOT / "prismatic_tr"]
+    if any(any(root.glob(word)) if any(c in word for c in "*?") else (root / word).exists() for root in roots):
+        return True
+    if "/" not in word:
+        return any(RESULTS.rglob(word)) or any(ROOT.glob(f"*/{word}")) or any(ROOT.glob(f"*/*/{word}"))
+    return False
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: p.parent.name)
+def test_every_pointer_in_a_results_readme_exists(readme: Path) -> None:
+    words = pointers(readme.read_text())
+    assert words, f"{readme}: no pointers found (the parser is broken)"
+    missing = [w for w in words if not exists(w, readme)]
+    assert not missing, f"{readme.relative_to(ROOT)} points to what is not there: {missing}"
+
+
+def test_pointer_parser_reads_the_forms_used() -> None:
+    text = ("see `eval_test.json`, `tests/test_models.py::test_x`, `reducers/a.py:gather_rows`, "
+            "`python vla_scripts/x.py --output_dir outputs/y --csv benchmarks/results/z.csv`, `<dir>/data`, "
+            "[curves](curves.png), `speed_float32/`, `a_word`, `--vla_path .../step_N`")
+    assert pointers(text) == sorted(["eval_test.json", "tests/test_models.py", "reducers/a.py", "vla_scripts/x.py",
+                                     "benchmarks/results/z.csv", "curves.png", "speed_float32/"])
+
+
+def test_every_fine_tuning_test_figure_names_its_checkpoint() -> None:
+    """The README's table is finetune_curves.py's, and each test row says which checkpoint (a step) it measured."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import finetune_curves
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    runs = [finetune_curves.run_rows(p) for p in sorted(finetune_curves.RUNS.iterdir())
+            if p.is_dir() and any(p.glob("eval_val_step_*.json"))]
+    table = finetune_curves.table(runs)
+    assert table in (RESULTS / "finetune_reduced" / "README.md").read_text()
+    tests = [line for line in table.splitlines() if "| test:" in line]
+    assert tests and all(re.search(r"\| test: ([a-z0-9]+, )?step \d+ \|", line) for line in tests), tests
+    for run in runs:
+        chosen = RESULTS / "finetune_reduced" / run["name"] / "chosen.txt"
+        if chosen.is_file():  # the test of the chosen checkpoint is the one chosen.txt names
+            step = int(re.search(r"step_(\d+)", chosen.read_text()).group(1))
+            assert f"chosen, step {step}" in run["tests"], (run["name"], list(run["tests"]))
