@@ -7,6 +7,10 @@ Layout (as OpenVLA's ``save_pretrained`` writes it): ``model.safetensors``, or s
 
 Loading streams one tensor at a time from the memory-mapped files into the model's meta parameters, cast to
 the target dtype and device, so a 7B checkpoint never needs a second copy of the model in memory.
+
+Remote code: a checkpoint like ``openvla/openvla-7b`` also holds OpenVLA's ``*.py`` files, named by the ``auto_map`` of
+``config.json``, ``preprocessor_config.json`` and ``tokenizer_config.json``; :func:`carry_remote_code` is the one place
+that carries them from a base checkpoint into one written from it.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -145,3 +151,111 @@ def save_weights(model: nn.Module, directory: str | os.PathLike, max_shard_bytes
     with open(d / INDEX_NAME, "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
     return [d / name for name in names]
+
+
+# --- remote code (OpenVLA's ``*.py`` files and the ``auto_map`` entries that name them) ---
+
+# The files of a checkpoint directory whose ``auto_map`` names remote code: model config, image processor, tokenizer,
+# processor (openvla/openvla-7b has the first three).
+AUTO_MAP_FILES = ("config.json", "preprocessor_config.json", "tokenizer_config.json", "processor_config.json")
+LOADING_NOTE = "README.md"
+_NOTE_MARK = "<!-- written by prismatic_tr: what loads this checkpoint -->"
+_NOTE = f"""{_NOTE_MARK}
+# An OpenVLA-layout checkpoint without remote code
+
+Written by prismatic_tr from a base that carried no remote code (no `auto_map`), so transformers' auto classes
+(`AutoModelForVision2Seq` / `AutoProcessor` with `trust_remote_code=True`) cannot load it. Load it with this package,
+on OpenVLA's pinned stack or the newest one:
+
+```python
+from prismatic_tr.models import load_vla
+from prismatic_tr.vla import apply_token_reduction_from_config
+
+vla, processor = load_vla("<this directory>")
+apply_token_reduction_from_config(vla)  # the token reduction it was trained with, if config.json holds one
+```
+"""
+_RELATIVE_IMPORT = re.compile(r"^\s*(?:from\s+\.(\w+)\s+import|import\s+\.(\w+))", re.MULTILINE)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read {str(path)!r} as JSON: {err}") from err
+
+
+def auto_maps(directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """``{file name: its auto_map}`` for each of :data:`AUTO_MAP_FILES` in ``directory`` that has a non-empty one."""
+    d = Path(directory)
+    maps = {name: _read_json(d / name).get("auto_map") for name in AUTO_MAP_FILES if (d / name).is_file()}
+    return {name: m for name, m in maps.items() if m}
+
+
+def _module_files(directory: Path, maps: dict[str, dict[str, Any]]) -> list[str]:
+    """The ``*.py`` files the auto_maps name ("module.Class", or [slow, fast] lists for tokenizers, also as a whole
+    legacy tokenizer auto_map), plus the modules they import relatively, transitively; "repo--module.Class" references
+    live in another repository and are skipped."""
+    values = [v for m in maps.values() for v in (m.values() if isinstance(m, dict) else [m])]
+    refs = [r for v in values for r in (v if isinstance(v, (list, tuple)) else [v])]
+    todo = sorted({f"{r.rsplit('.', 1)[0]}.py" for r in refs if isinstance(r, str) and "--" not in r and "." in r})
+    found: list[str] = []
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        if not (directory / name).is_file():
+            raise ValueError(f"{str(directory)!r} names remote code {name!r} in its auto_map, but has no such file")
+        found.append(name)
+        text = (directory / name).read_text()
+        todo += [f"{a or b}.py" for a, b in _RELATIVE_IMPORT.findall(text)]
+    return sorted(found)
+
+
+def carry_remote_code(base: str | os.PathLike | None, out: str | os.PathLike) -> list[Path]:
+    """Make the checkpoint in ``out``, written from ``base``, load the ways ``base`` loads; returns the files written.
+
+    ``base`` with remote code (an ``auto_map`` in any of :data:`AUTO_MAP_FILES`, as ``openvla/openvla-7b``): the ``*.py``
+    files its auto_maps name (and the modules those import relatively) are copied into ``out``, and each of ``out``'s
+    :data:`AUTO_MAP_FILES` that ``base`` has an auto_map for gets that ``auto_map`` unchanged, so OpenVLA's own loading
+    path (``AutoProcessor`` / ``AutoModelForVision2Seq.from_pretrained(out, trust_remote_code=True)`` on its pins)
+    works on ``out``. Call it after the model and processor files are in ``out``; running it again changes nothing.
+
+    ``base`` None or without remote code: ``out`` gets a ``README.md`` saying that this package's ``load_vla`` loads it
+    (a README.md of another origin is kept).
+
+    Raises ValueError when ``base`` is not a directory, a JSON file cannot be read, or an auto_map names a module
+    file ``base`` lacks.
+    """
+    dest = Path(out)
+    if not dest.is_dir():
+        raise ValueError(f"out={str(out)!r} is not a directory; write the checkpoint there first")
+    src = None if base is None else Path(base)
+    if src is not None and not src.is_dir():
+        raise ValueError(f"base={str(base)!r} is not a checkpoint directory")
+    maps = auto_maps(src) if src is not None else {}
+    note = dest / LOADING_NOTE
+    ours = note.is_file() and note.read_text().startswith(_NOTE_MARK)
+    if src is None or not maps:
+        if note.exists() and not ours:
+            return []
+        note.write_text(_NOTE)
+        return [note]
+    if ours:
+        note.unlink()
+    return _copy_remote_code(src, dest, maps)
+
+
+def _copy_remote_code(src: Path, dest: Path, maps: dict[str, dict[str, Any]]) -> list[Path]:
+    written = []
+    for name in _module_files(src, maps):
+        if (src / name).resolve() != (dest / name).resolve():
+            shutil.copyfile(src / name, dest / name)
+        written.append(dest / name)
+    for name, auto_map in maps.items():
+        if (dest / name).is_file():
+            data = _read_json(dest / name)
+            data["auto_map"] = auto_map
+            (dest / name).write_text(json.dumps(data, indent=2) + "\n")
+            written.append(dest / name)
+    return written

@@ -97,6 +97,17 @@ def _local_snapshot(hub_id: str) -> str | None:
         return None
 
 
+def local_checkpoint_dir(path_or_id: str | os.PathLike) -> str | None:
+    """The local directory of a checkpoint: ``path_or_id`` itself when it is a directory, the snapshot of a Hugging
+    Face id already in the local cache, else None."""
+    path = os.fspath(path_or_id)
+    if os.path.isdir(path):
+        return path
+    if _HUB_ID.match(path) and not os.path.isabs(path):
+        return _local_snapshot(path)
+    return None
+
+
 def load_vla(
     path_or_id: str | os.PathLike,
     dtype: torch.dtype | None = None,

@@ -22,7 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import ModelOutput
 
 from .action_tokenizer import ActionTokenizer
-from .checkpoint import DEFAULT_MAX_SHARD_BYTES, load_weights_, save_weights
+from .checkpoint import DEFAULT_MAX_SHARD_BYTES, auto_maps, carry_remote_code, load_weights_, save_weights
 from .config import MODEL_TYPE, NativeOpenVLAConfig
 from .generation import CACHE_NAME
 from .inference import OpenVLAInferenceMixin
@@ -75,6 +75,8 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
         self.empty_token_id: int | None = config.empty_token_id
         self.action_tokenizer = ActionTokenizer(self.vocab_size, n_bins=config.n_action_bins)
         self.bins, self.bin_centers = self.action_tokenizer.bins, self.action_tokenizer.bin_centers
+        # The checkpoint directory this model was loaded from, when that one carried remote code (see save_pretrained).
+        self.remote_code_dir: str | None = None
 
     # --- HF-style conveniences (PEFT, training code) ---
     @property
@@ -146,19 +148,30 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
 
     # --- persistence (OpenVLA's layout) ---
     def save_pretrained(
-        self, save_directory: str | os.PathLike, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, **_: Any
+        self, save_directory: str | os.PathLike, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+        remote_code_from: str | os.PathLike | None = None, **_: Any,
     ) -> None:
-        """Write ``config.json`` (OpenVLA's fields with norm_stats, token_reduction, torch_dtype) and the
-        weights under OpenVLA's key names (sharded above ``max_shard_bytes``)."""
+        """Write ``config.json`` (OpenVLA's fields with norm_stats, token_reduction, torch_dtype) and the weights
+        under OpenVLA's key names (sharded above ``max_shard_bytes``): what OpenVLA's ``OpenVLAForActionPrediction``
+        reads. The processor's files come from ``processor.save_pretrained(save_directory)``.
+
+        Remote code, through :func:`~prismatic_tr.models.checkpoint.carry_remote_code`: ``remote_code_from`` (default:
+        ``self.remote_code_dir``, the checkpoint this model was loaded from when that one had remote code) gives the
+        directory its ``*.py`` files and ``auto_map``, so that on OpenVLA's pins ``AutoModelForVision2Seq`` (and
+        ``AutoProcessor``, once the processor is saved there: a processor loaded from that checkpoint keeps its
+        auto_map) load it with ``trust_remote_code=True``. Without remote code, ``README.md`` there says that
+        :func:`~prismatic_tr.models.load_vla` loads it.
+        """
         os.makedirs(save_directory, exist_ok=True)
         cfg = self.config.to_dict()
         cfg["norm_stats"] = self.norm_stats
         cfg["torch_dtype"] = str(self.dtype).replace("torch.", "")
-        for key in ("auto_map", "dtype", "_name_or_path"):  # no remote code travels with a native checkpoint
+        for key in ("auto_map", "dtype", "_name_or_path"):  # carry_remote_code writes auto_map when code goes along
             cfg.pop(key, None)
         with open(os.path.join(save_directory, CONFIG_NAME), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
         save_weights(self, save_directory, max_shard_bytes)
+        carry_remote_code(remote_code_from or self.remote_code_dir, save_directory)
 
     @classmethod
     def from_pretrained(
@@ -178,6 +191,7 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
         with parameters_on_meta():
             model = cls(config)
         load_weights_(model, directory, dtype, device or "cpu")
+        model.remote_code_dir = str(directory) if auto_maps(directory) else None
         return model.to(device=device).eval()
 
 

@@ -4,6 +4,7 @@ Layout of one checkpoint directory (``run_dir/checkpoints/latest`` or ``run_dir/
 
     config.json, model.safetensors        merged model; config holds norm_stats and token_reduction
     tokenizer files, preprocessor_config  the processor
+    *.py (+ auto_map in the JSON files)   the base's remote code, when it had some (else README.md: what loads it)
     dataset_statistics.json               OpenVLA format
     adapter/                              peft adapter (or under --adapter_tmp_dir/<exp_id>/<name>)
     trainer_state.pt                      {"step", "optimizer", "adapter_dir", "exp_id"}
@@ -11,6 +12,10 @@ Layout of one checkpoint directory (``run_dir/checkpoints/latest`` or ``run_dir/
 Merging never needs a second copy of the model on an accelerator: rank 0 loads a fresh copy of the base
 weights on the CPU, loads the saved adapter into it, merges (``merge_and_unload``) and saves. The directory
 is written under a temporary name and renamed into place, so a crash never leaves half a checkpoint.
+
+A checkpoint loads the ways its base (``--vla_path``) loads: with this package's ``load_vla`` always, and, when the
+base came with OpenVLA's remote code (as ``openvla/openvla-7b``), with OpenVLA's own ``AutoProcessor`` /
+``AutoModelForVision2Seq.from_pretrained(dir, trust_remote_code=True)`` on its pins (:func:`carry_remote_code`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import torch
 from torch import nn
 
 from prismatic_tr.data.statistics import save_dataset_statistics
+from prismatic_tr.models.checkpoint import carry_remote_code
+from prismatic_tr.models.loading import local_checkpoint_dir
 from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
 from prismatic_tr.training.model import load_base, set_token_reduction
 from prismatic_tr.vla import (
@@ -80,6 +87,7 @@ def _write_merged(
     set_norm_stats(merged, stats)
     merged.save_pretrained(str(out))
     processor.save_pretrained(str(out))
+    carry_remote_code(local_checkpoint_dir(cfg.vla_path), out)
     save_dataset_statistics(stats, out)
 
 

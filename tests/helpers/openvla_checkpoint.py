@@ -10,6 +10,8 @@ same model, and golden outputs recorded from OpenVLA's code on the pins can be c
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,34 @@ def write_native_checkpoint(out: Path, vision_backbone_id: str = "dinosiglip-vit
     tokenizer = build_tokenizer(TEXT_CONFIG["vocab_size"] - 64)
     PrismaticProcessor(tokenizer, ImageTransform(processor_fields(vision_backbone_id, image_resize_strategy))).save_pretrained(out)
     return out
+
+
+# The auto_map entries of openvla/openvla-7b, file by file (its config.json, preprocessor_config.json and
+# tokenizer_config.json on the Hugging Face hub).
+OPENVLA_7B_AUTO_MAPS: dict[str, dict[str, str]] = {
+    "config.json": {"AutoConfig": "configuration_prismatic.OpenVLAConfig",
+                    "AutoModelForVision2Seq": "modeling_prismatic.OpenVLAForActionPrediction"},
+    "preprocessor_config.json": {"AutoImageProcessor": "processing_prismatic.PrismaticImageProcessor",
+                                 "AutoProcessor": "processing_prismatic.PrismaticProcessor"},
+    "tokenizer_config.json": {"AutoProcessor": "processing_prismatic.PrismaticProcessor"},
+}
+REMOTE_CODE_FILES = ("configuration_prismatic.py", "modeling_prismatic.py", "processing_prismatic.py")
+
+
+def add_remote_code(directory: Path) -> Path:
+    """Give a checkpoint directory what ``openvla/openvla-7b`` ships besides weights and processor files: OpenVLA's
+    remote code (copied from ``../shared/reference/openvla_hf``; skips the test when absent) and the ``auto_map`` of
+    each JSON file that names it."""
+    from helpers.reference_clients import require_reference
+
+    code = require_reference("openvla_hf")
+    for name in REMOTE_CODE_FILES:
+        shutil.copyfile(code / name, directory / name)
+    for name, auto_map in OPENVLA_7B_AUTO_MAPS.items():
+        data = json.loads((directory / name).read_text())
+        data["auto_map"] = auto_map
+        (directory / name).write_text(json.dumps(data, indent=2))
+    return directory
 
 
 def sample_image(seed: int = 0, size: tuple[int, int] = (300, 200)) -> np.ndarray:
