@@ -1,97 +1,84 @@
-"""Token reduction on an OpenVLA-architecture policy, end to end on a CPU.
+"""What token reduction does to a trained policy, on a CPU in under a minute.
 
-    python examples/token_reduction_example.py                      # tiny reference model, seconds
-    python examples/token_reduction_example.py --preset cpu-bench   # real DINOv2-L + SigLIP towers
-    python examples/token_reduction_example.py --vla_path /path/to/openvla-7b   # a real checkpoint
+    python examples/token_reduction_example.py                 # 6 held-out test episodes per setting
+    python examples/token_reduction_example.py --episodes 20 --split validation
 
-With a reference model the weights are random: the actions are meaningless, the mechanics are real.
-Timings are warm: every setting first runs ``--warmup`` untimed ``predict_action`` calls, then ``--runs``
-timed calls per setting, interleaved (baseline, topk, ..., baseline, topk, ...), and the median is printed.
-Attaching and removing a reduction happens outside the timed calls.
+The bundled tabletop policy (a small OpenVLA trained here, ``prismatic_tr/assets/tabletop_policy``) drives
+``--episodes`` closed-loop episodes of the tabletop task in three settings:
+
+1. unreduced: the language model receives all 256 patch tokens (both vision towers cut the 224 px image
+   into the same 16 x 16 patches, fused patch by patch);
+2. the default selection (``diverse``) at the ``vision`` site, keeping 0.1 of the tokens after 1/4 of the
+   tower blocks, training-free;
+3. the same setting with its shipped LoRA adapter (``load_adapted_policy("vision-diverse-0.1-0.25")``).
+
+Per setting it prints the visual tokens the language model receives, the action on one fixed observation
+and the episodes that succeeded. A handful of episodes shows the effect, not a measurement: the README's
+figures come from 100+ episodes. Speed is not timed here (one timing on a shared CPU means little); the
+main job measures it: ``python vla_scripts/benchmark.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from experiments.robot.token_reduction_utils import (
     apply_token_reduction_to_vla,
-    get_token_reduction,
-    monkey_patch_vision_backbone_with_reduction,
     remove_token_reduction,
+    visual_token_count,
 )
-from prismatic_tr.bench.measure.timing import interleaved
-from prismatic_tr.models import build_processor, build_prompt, build_vla, load_vla
+from prismatic_tr.envs import make_episode
+from prismatic_tr.envs.splits import split_seeds
+from prismatic_tr.models import build_prompt
+from prismatic_tr.policy import UNNORM_KEY, load_bundled_policy, run_episodes
+from prismatic_tr.policy.adapters import load_adapted_policy
 
-# (label, reduction settings or None for the unreduced model)
-SETTINGS: list[tuple[str, dict[str, Any] | None]] = [
-    ("no reduction", None),
-    ("topk_magnitude keep 50%", {"method": "topk_magnitude", "reduction_ratio": 0.5}),
-    ("attention_score keep 50%", {"method": "attention_score", "reduction_ratio": 0.5}),
-    ("random keep 50%", {"method": "random", "reduction_ratio": 0.5}),
-    ("spatial_pool 2x2", {"method": "spatial_pool", "spatial_merge_size": 2}),
-]
+ADAPTER = "vision-diverse-0.1-0.25"
+SETTING = {"site": "vision", "method": "diverse", "reduction_ratio": 0.1, "depth_fraction": 0.25}  # the adapter's
 
 
-def load(args: argparse.Namespace):
-    if args.vla_path:
-        return load_vla(args.vla_path, dtype=torch.bfloat16, device="cpu")
-    vla = build_vla(args.preset, args.vision_backbone_id, dtype=torch.bfloat16)
-    return vla, build_processor(vla.config)
+def report(label: str, vla: torch.nn.Module, processor: Any, seeds: range) -> None:
+    """One row: visual tokens the LLM receives, the action on the first episode's first frame, successes."""
+    obs = make_episode(seeds[0]).reset()
+    inputs = processor(build_prompt(obs.instruction), obs.image)
+    action = vla.predict_action(**inputs, unnorm_key=UNNORM_KEY, do_sample=False)
+    successes = sum(o.success for o in run_episodes(vla, processor, seeds, UNNORM_KEY))
+    shown = np.array2string(np.asarray(action), precision=3, suppress_small=True, floatmode="fixed")
+    print(f"{label:<50} {visual_token_count(vla):>6}  {shown}  {successes}/{len(seeds)}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="tiny", choices=["tiny", "cpu-bench"])
-    parser.add_argument("--vision_backbone_id", default="dinosiglip-vit-so-224px")
-    parser.add_argument("--vla_path", default=None, help="checkpoint directory to load instead")
-    parser.add_argument("--unnorm_key", default="bridge_orig")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per setting before timing")
-    parser.add_argument("--runs", type=int, default=5, help="timed calls per setting (interleaved; median)")
+    parser.add_argument("--episodes", type=int, default=6, help="closed-loop episodes per setting (default 6)")
+    parser.add_argument("--split", default="test", choices=["test", "validation"],
+                        help="seed split of the episodes (default: test, held out from training and choices)")
     args = parser.parse_args()
-    if args.warmup < 0 or args.runs < 1:
-        parser.error(f"--warmup {args.warmup} / --runs {args.runs}: need warmup >= 0 and runs >= 1")
+    try:
+        seeds = split_seeds(args.split, args.episodes, job=f"--episodes {args.episodes}")
+    except ValueError as err:
+        parser.error(str(err))
 
-    vla, processor = load(args)
-    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (256, 256, 3), dtype=np.uint8))
-    inputs = processor(build_prompt("pick up the red block"), image, return_tensors="pt")
-    inputs["pixel_values"] = inputs["pixel_values"].to(torch.bfloat16)
-
-    def predict() -> np.ndarray:
-        return vla.predict_action(**inputs, unnorm_key=args.unnorm_key, do_sample=False)
-
-    def scoped(settings: dict[str, Any] | None) -> Any:
-        """A context manager holding one setting's reduction (removed on exit)."""
-        return nullcontext() if settings is None else monkey_patch_vision_backbone_with_reduction(vla, **settings)
-
-    # What each setting does (untimed): tokens reaching the LLM and the action.
-    for label, settings in SETTINGS:
-        with scoped(settings):
-            handle = get_token_reduction(vla)
-            tokens = handle.reduced_num_patches() if handle else vla.vision_backbone.get_num_patches()
-            print(f"{label:<26} tokens={tokens:>3}  action={np.round(predict(), 3)}")
-
-    # How long each takes, warm and interleaved.
-    stats = interleaved({label: predict for label, _ in SETTINGS}, warmup=args.warmup, repeats=args.runs,
-                        contexts={label: (lambda s=s: scoped(s)) for label, s in SETTINGS})
-    base = stats[SETTINGS[0][0]].median_ms
-    print(f"\npredict_action, median of {args.runs} warm calls (p10-p90), settings interleaved:")
-    for label, _ in SETTINGS:
-        s = stats[label]
-        print(f"{label:<26} {s.median_ms:8.1f} ms ({s.p10_ms:.1f}-{s.p90_ms:.1f})  speedup {base / s.median_ms:.2f}x")
-
-    # The persistent API: apply, replace, remove; the model is exactly as before afterwards.
-    baseline = predict()
-    apply_token_reduction_to_vla(vla, method="topk_magnitude", reduction_ratio=0.5)
-    apply_token_reduction_to_vla(vla, method="random", reduction_ratio=0.5)  # replaces the previous one
+    # The policy is small: one thread runs it as fast, and two stall each other on a busy machine (this example
+    # on 2 shared cores: 38 s with one thread, 332 s with two).
+    torch.set_num_threads(1)
+    vla, processor = load_bundled_policy()
+    adapted, _ = load_adapted_policy(ADAPTER)  # the bundled policy with the LoRA merged in and its setting attached
+    print(f"Bundled tabletop policy, {len(seeds)} episodes of the {args.split} split (seeds {seeds[0]:,}-{seeds[-1]:,}).")
+    print(f'Action: on the first frame of episode {seeds[0]:,}, "{make_episode(seeds[0]).instruction}" '
+          "(dx dy dz droll dpitch dyaw gripper).\n")
+    print(f"{'setting':<50} {'tokens':>6}  {'action':<50}  success")
+    report("unreduced", vla, processor, seeds)
+    apply_token_reduction_to_vla(vla, **SETTING)
+    report("vision diverse keep 0.1 after 1/4, training-free", vla, processor, seeds)
     remove_token_reduction(vla)
-    print("\nbaseline action restored exactly after apply / replace / remove:", bool(np.array_equal(baseline, predict())))
+    report(f"same + shipped adapter {ADAPTER}", adapted, processor, seeds)
+    print("\ntokens: visual tokens the language model receives per image. Speed is not timed here (one timing on a "
+          "shared CPU means little): the main job measures it, `python vla_scripts/benchmark.py`, results in "
+          "benchmarks/results/policy/.")
 
 
 if __name__ == "__main__":
