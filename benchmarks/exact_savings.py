@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--repeats {args.repeats} / --warmup {args.warmup}: use repeats >= 1, warmup >= 0")
 
     from prismatic_tr.bench.vla.exact import measure_exact_savings
+    from prismatic_tr.bench.vla.job import sample_inputs
     from prismatic_tr.models import PRESETS, build_processor, build_vla, load_vla
-    from vla_scripts.benchmark import sample_inputs
 
     dtype = getattr(torch, args.dtype)
     if args.vla_path is not None:

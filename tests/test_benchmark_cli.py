@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from prismatic_tr.bench.vla import config, job
+from prismatic_tr.bench.vla.policy_rows import policy_success_applies
+from prismatic_tr.cli import EXIT_NOISY
 from prismatic_tr.reducers import available_methods
-from vla_scripts import benchmark
+from vla_scripts import benchmark  # the command, run in-process
+
+
+def applies(cfg: config.BenchmarkConfig) -> str | None:
+    return policy_success_applies(cfg.vla_path, cfg.policy_episodes)
 
 
 @pytest.fixture
@@ -34,7 +41,7 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
         "--settings", "vision:attention:0.5@0.5", "llm:attention:0.25@0.5", "--policy_episodes", "0",
     ]))
     stdout = capsys.readouterr().out
-    assert "RANDOM" in stdout and "speedup" in stdout and "wrote" in stdout
+    assert "RANDOM" in stdout and "end to end" in stdout and "phase sum" in stdout and "wrote" in stdout
     assert {p.name for p in out.iterdir()} >= {"results.csv", "results.json", "results.png"}
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [(r["method"], r["num_patches"], r["llm_visual_tokens"]) for r in rows] == [
@@ -43,6 +50,9 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
     assert all(float(r["predict_action_ms"]) > 0 and float(r["predict_action_speedup"]) > 0 for r in rows)
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["random_weights"] is True and data["meta"]["dtype"] == "float32"
+    assert data["meta"]["dtype_reason"] == "--dtype float32: given"
+    assert set(data["meta"]["machine"]["cpu"]["features"]) == {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+    assert all(r["dtype_reason"] == "--dtype float32: given" for r in data["records"])
     assert data["meta"]["config"]["preset"] == "tiny" and data["meta"]["machine"]["torch_threads"] == 1
     assert len(data["meta"]["machine"]["load_average_at_start"]) == 3  # os.getloadavg() on Linux
     assert all(isinstance(r["noise_flag"], bool) for r in data["records"])
@@ -78,12 +88,15 @@ BAD_FLAGS = [
     (["--instruction", " "], "--instruction"),
     (["--methods", "topk_magnitude,bogus"], "bogus"),
     (["--ratios", "0.5", "1.5"], "1.5"),
+    (["--validation_episodes", "-1"], "--validation_episodes -1"),
+    (["--adapters", "no-such-adapter"], "'no-such-adapter' is not a shipped adapter"),
+    (["--adapters", "projector-diverse-0.1,projector-diverse-0.1"], "names an adapter twice"),
 ]
 
 
 @pytest.mark.parametrize("flags, needle", BAD_FLAGS)
 def test_bad_flags_exit_2_with_message(flags, needle, capsys, monkeypatch):
-    monkeypatch.setattr(benchmark, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))
+    monkeypatch.setattr(job, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))
     with pytest.raises(SystemExit) as exc:
         benchmark.main(benchmark.parse_config(flags))
     assert exc.value.code == 2
@@ -119,7 +132,7 @@ def _checkpoint_dir(tmp_path: Path, config: dict) -> Path:
     ({}, ["--preset", "tiny"], "pass one of them"),
 ])
 def test_checkpoint_flags_are_checked_against_its_config(tmp_path, capsys, monkeypatch, config, flags, needle):
-    monkeypatch.setattr(benchmark, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))
+    monkeypatch.setattr(job, "load_model", lambda *a: pytest.fail("a model was built for bad flags"))
     path = _checkpoint_dir(tmp_path, config) if config is not None else tmp_path
     with pytest.raises(SystemExit) as exc:
         benchmark.parse_config(["--vla_path", str(path), *flags])
@@ -151,7 +164,7 @@ def test_noisy_run_is_flagged_and_strict_exits_3(tmp_path, capsys, monkeypatch, 
             "--preset", "tiny", "--methods", "topk_magnitude", "--ratios", "0.5", "--num_runs", "2", "--warmup", "0",
             "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1", "--strict",
             "true", "--settings", "[]", "--policy_episodes", "0"]))
-    assert exc.value.code == benchmark.EXIT_NOISY == 3
+    assert exc.value.code == EXIT_NOISY == 3
     captured = capsys.readouterr()
     assert "WARNING: noisy row none" in captured.out and "What to do" in captured.out
     assert "--strict" in captured.err
@@ -166,13 +179,20 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     cfg = benchmark.parse_config([])
     assert cfg.preset is None and cfg.dtype == "auto" and cfg.ratios == [0.5, 0.25, 0.1] and cfg.methods == []
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
-    assert cfg.settings == benchmark.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
+    assert cfg.settings == config.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
     assert (cfg.num_runs, cfg.warmup) == (3, 1)
+    assert cfg.validation_episodes == 30 and cfg.adapters == ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+    assert cfg.adapters == config.SHIPPED_ADAPTERS
+    # every shipped adapter's setting is timed by the main job, so its row has a speed to copy
+    from prismatic_tr.bench.vla.policy_rows import adapter_setting
+
+    assert {adapter_setting(a).label for a in cfg.adapters} <= set(cfg.settings)
+    assert benchmark.parse_config(["--adapters", "[]"]).adapters == []
     full = benchmark.parse_config(["--full", "true"])
-    assert full.methods == benchmark.DEFAULT_METHODS
+    assert full.methods == config.DEFAULT_METHODS
     assert set(full.methods) == set(available_methods()), "--full runs every registered projector method"
     assert full.policy_episodes == 100 and (full.num_runs, full.warmup) == (10, 2)
-    assert set(benchmark.FULL_SITE_SETTINGS) < set(full.settings)
+    assert set(config.FULL_SITE_SETTINGS) < set(full.settings)
     assert "random:0.1:compact" in full.settings and "vision:diverse:0.25@0.25:compact" in full.settings
     assert not any(s.startswith("llm:") and s.endswith(":compact") for s in full.settings)
     # a flag given overrides the profile's value
@@ -192,11 +212,11 @@ def test_vla_path_rows_get_the_bundled_policys_success_only_when_it_is_that_poli
     from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR
 
     other = _checkpoint_dir(tmp_path, {"timm_model_ids": ["vit_so400m_patch14_siglip_224"], "image_sizes": [224]})
-    reason = benchmark.policy_success_applies(benchmark.parse_config(["--vla_path", str(other)]))
+    reason = applies(benchmark.parse_config(["--vla_path", str(other)]))
     assert reason is not None and "not the bundled policy" in reason
-    assert benchmark.policy_success_applies(benchmark.parse_config(["--vla_path", str(BUNDLED_POLICY_DIR)])) is None
-    assert benchmark.policy_success_applies(benchmark.parse_config([])) is None
-    assert "--policy_episodes 0" in benchmark.policy_success_applies(benchmark.parse_config(["--policy_episodes", "0"]))
+    assert applies(benchmark.parse_config(["--vla_path", str(BUNDLED_POLICY_DIR)])) is None
+    assert applies(benchmark.parse_config([])) is None
+    assert "--policy_episodes 0" in applies(benchmark.parse_config(["--policy_episodes", "0"]))
 
 
 def test_one_progress_bar_weighs_every_kind_of_work():
@@ -209,4 +229,4 @@ def test_one_progress_bar_weighs_every_kind_of_work():
     assert bar.done == pytest.approx(15.0)
     with pytest.raises(ValueError, match="count >= 0 and seconds > 0"):
         JobProgress({"round": (1, 0.0)}, enabled=False)
-    assert benchmark.count_settings(benchmark.parse_config([])) == 1 + len(benchmark.MAIN_SETTINGS)
+    assert job.count_settings(benchmark.parse_config([])) == 1 + len(config.MAIN_SETTINGS)

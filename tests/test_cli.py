@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from vla_scripts import cli
+from prismatic_tr import cli
 
 # ---------------------------------------------------------------- the list-flag normaliser
 
@@ -66,10 +66,10 @@ def test_list_fields_finds_optional_and_nested_lists():
 
 
 def test_list_fields_of_the_script_configs():
-    from vla_scripts.benchmark import BenchmarkConfig
+    from prismatic_tr.bench.vla.config import BenchmarkConfig
     from vla_scripts.eval_vit import EvalVitConfig
 
-    assert cli.list_fields(BenchmarkConfig) == ["methods", "ratios", "settings"]
+    assert cli.list_fields(BenchmarkConfig) == ["methods", "ratios", "settings", "adapters"]
     assert cli.list_fields(EvalVitConfig) == ["methods", "keep_rates", "reduction_loc", "tome_r"]
 
 
@@ -158,3 +158,37 @@ def test_calibrate_rejects_a_directory_as_profile(capsys, monkeypatch, tmp_path)
     with pytest.raises(SystemExit) as exc:
         calibrate.main(["--model", "topk_deit_tiny_patch16_224", "--input_sizes", "32", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "is a directory" in capsys.readouterr().err
+
+
+def test_entry_points_resolve_to_thin_functions() -> None:
+    """Every ``[project.scripts]`` command names a function that exists (``module:function``)."""
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {"prismatic-tr-benchmark", "prismatic-tr-eval-policy", "prismatic-tr-finetune",
+            "prismatic-tr-train-policy"} <= set(scripts)
+    for name, target in scripts.items():
+        module, _, func = target.partition(":")
+        if "finetune" in module:
+            pytest.importorskip("peft")
+        assert callable(getattr(importlib.import_module(module), func)), name
+
+
+def test_scripts_import_the_library_never_each_other() -> None:
+    """No program under vla_scripts/ or benchmarks/ imports a module of vla_scripts/; no code in
+    benchmarks/results/."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    offenders = []
+    for path in [*root.glob("vla_scripts/*.py"), *root.glob("benchmarks/**/*.py"), *root.glob("prismatic_tr/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] == "vla_scripts"]
+    assert offenders == []
+    assert list((root / "benchmarks" / "results").rglob("*.py")) == []

@@ -9,8 +9,9 @@ import torch
 
 from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla, remove_token_reduction
 from prismatic_tr.bench.vla.compiled import compile_blocks, compiled_modules
+from prismatic_tr.bench.vla.job import sample_inputs
 from prismatic_tr.models import build_processor, build_vla
-from vla_scripts import benchmark
+from vla_scripts import benchmark  # the command
 
 SETTINGS = [None, dict(method="topk_magnitude", reduction_ratio=0.5),
             dict(site="vision", reduction_ratio=0.25, depth_fraction=0.5),
@@ -21,7 +22,7 @@ SETTINGS = [None, dict(method="topk_magnitude", reduction_ratio=0.5),
 def model_and_inputs():
     vla = build_vla("tiny", seed=0).eval()
     processor = build_processor(vla.config)
-    inputs = benchmark.sample_inputs(processor, "pick up the red block", 1, int(vla.config.image_sizes[0]), seed=0)
+    inputs = sample_inputs(processor, "pick up the red block", 1, int(vla.config.image_sizes[0]), seed=0)
     return vla, inputs
 
 

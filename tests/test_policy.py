@@ -322,7 +322,7 @@ def test_benchmark_merges_policy_success_and_plots_the_tradeoff(trained: dict, t
         records = benchmark.main(benchmark.parse_config([
             "--preset", "tiny", "--methods", "topk_magnitude", "--ratios", "0.5", "--num_runs", "1", "--warmup", "0",
             "--dtype", "float32", "--progress", "false", "--output_dir", str(out), "--num_threads", "1",
-            "--settings", "vision:attention:0.5@0.5", "--policy_episodes", "2"]))
+            "--settings", "vision:attention:0.5@0.5", "--policy_episodes", "2", "--validation_episodes", "2"]))
     finally:
         torch.set_num_threads(saved)
     assert [r["setting"] for r in records] == ["none", "topk_magnitude:0.5", "vision:attention:0.5@0.5"]
@@ -332,9 +332,11 @@ def test_benchmark_merges_policy_success_and_plots_the_tradeoff(trained: dict, t
         assert math.isfinite(r["policy_action_l1_to_demo"]) and r["policy_action_l1_to_demo"] > 0
         assert (r["policy_token_agreement"] == 1.0) == (r["policy_action_l1_to_unreduced"] == 0.0), r["setting"]
     assert records[0]["policy_token_agreement"] == 1.0 and records[0]["policy_action_l1_to_unreduced"] == 0.0
+    assert all(r["validation_episodes"] == 2 and 0 <= r["validation_success_rate"] <= 1 for r in records)
     meta = json.loads((out / "results.json").read_text())["meta"]
+    assert all(note.startswith("not run: its setting") for note in meta["adapters"].values())
     assert meta["policy_fidelity"].startswith("bundled tabletop policy")
-    assert set(meta["best_within_2pp"]) <= {"projector", "vision"}
+    assert set(meta["best_on_validation"]) <= {"projector", "vision"}
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "success" in capsys.readouterr().out
 
@@ -355,6 +357,7 @@ def test_best_within_picks_the_fastest_setting_per_site_at_equal_success() -> No
 
 
 def test_bundled_policy_missing_is_a_clear_note(tmp_path: Path, monkeypatch) -> None:
+    from prismatic_tr.bench.vla.job import add_policy_rows
     from prismatic_tr.policy import bundled
     from vla_scripts import benchmark
 
@@ -364,7 +367,7 @@ def test_bundled_policy_missing_is_a_clear_note(tmp_path: Path, monkeypatch) -> 
         bundled.bundled_policy_dir()
     cfg = benchmark.parse_config(["--preset", "tiny", "--policy_episodes", "1"])
     records = [{"setting": "none"}]
-    assert benchmark.add_policy_fidelity(records, cfg).startswith("not measured: the bundled policy is missing")
+    assert add_policy_rows(records, cfg)["policy_fidelity"].startswith("not measured: the bundled policy is missing")
     assert records == [{"setting": "none"}]
 
 

@@ -335,3 +335,97 @@ def test_bench_lazy_exports_resolve(name: str) -> None:
     module = importlib.import_module(bench._LAZY_EXPORTS[name])
     assert module.__name__.startswith("prismatic_tr.bench.vla.")
     assert getattr(bench, name) is getattr(module, name)
+
+
+# ---------------------------------------------------------------- the main job's best-setting rule
+
+def _row(setting: str, site: str, validation: float | None, speedup: float, test: float | None = None,
+         noisy: bool = False, adapter: str | None = None) -> dict:
+    return {"setting": setting, "site": site, "validation_success_rate": validation, "success_rate": test,
+            "predict_action_speedup": speedup, "noise_flag": noisy, "adapter": adapter}
+
+
+BASE = _row("none", "none", 0.90, 1.0, test=0.96)
+# (case, rows besides the baseline, {site: chosen setting or None})
+SELECTION_CASES = [
+    ("the fastest within 2 points", [_row("a", "projector", 0.89, 1.2), _row("b", "projector", 0.88, 1.3)],
+     {"projector": "b"}),
+    ("a slower row is never chosen", [_row("slow", "projector", 0.95, 0.70)], {"projector": None}),
+    ("exactly unreduced speed is not faster", [_row("same", "projector", 0.95, 1.0)], {"projector": None}),
+    ("a noisy row is never chosen", [_row("noisy", "vision", 0.95, 2.2, noisy=True), _row("ok", "vision", 0.9, 1.6)],
+     {"vision": "ok"}),
+    ("chosen on validation, not on test",
+     [_row("test-better", "vision", 0.80, 2.2, test=0.98), _row("val-better", "vision", 0.90, 1.5, test=0.84)],
+     {"vision": "val-better"}),
+    ("more than 2 points below on validation: none", [_row("lossy", "llm", 0.87, 1.1)], {"llm": None}),
+    ("adapter rows are not candidates", [_row("with adapter", "vision", 0.99, 2.2, adapter="x")], {}),
+    ("per site", [_row("p", "projector", 0.9, 1.3), _row("v", "vision", 0.5, 2.0)],
+     {"projector": "p", "vision": None}),
+]
+
+
+@pytest.mark.parametrize("case, rows, expected", SELECTION_CASES, ids=[c[0] for c in SELECTION_CASES])
+def test_best_setting_is_chosen_on_validation_among_faster_quiet_rows(case, rows, expected) -> None:
+    from prismatic_tr.bench.vla.selection import best_lines, best_on_validation
+
+    best = best_on_validation([BASE, *rows])
+    assert {site: (r["setting"] if r else None) for site, r in best.items()} == expected
+    lines = best_lines(best)
+    assert len(lines) == len(expected)
+    for line, (site, chosen) in zip(lines, expected.items(), strict=True):
+        assert line.startswith(f"best {site} setting") and "validation" in line
+        assert line.endswith(")") and (f": {chosen} (" in line if chosen else ": none (" in line)
+
+
+def test_no_validation_episodes_chooses_nothing() -> None:
+    from prismatic_tr.bench.vla.selection import best_on_validation
+
+    assert best_on_validation([{**BASE, "validation_success_rate": None}, _row("a", "projector", 0.9, 2.0)]) == {}
+    with pytest.raises(ValueError, match="max_loss=2 is not allowed"):
+        best_on_validation([BASE], max_loss=2)
+
+
+# ---------------------------------------------------------------- the machine a result was measured on
+
+AMX = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"
+AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse4_2 avx2 fma\n"
+
+
+@pytest.mark.parametrize("cpuinfo, model, features, dtype, why", [
+    (AMX, "Intel(R) Xeon(R) Platinum 8480C", {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_bf16": True},
+     torch.bfloat16, "bf16 in hardware (avx512_bf16, amx_bf16)"),
+    (AVX2, "AMD EPYC 7B13", {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False},
+     torch.float32, "no bf16 hardware"),
+])
+def test_cpu_features_and_why_auto_picked_its_dtype(cpuinfo, model, features, dtype, why) -> None:
+    from prismatic_tr.bench.measure.devices import cpu_info, dtype_choice
+
+    assert cpu_info(cpuinfo) == {"model": model, "features": features}
+    picked, reason = dtype_choice("auto", torch.device("cpu"), cpuinfo=cpuinfo)
+    assert picked == dtype and why in reason and reason.startswith("--dtype auto: ")
+    assert dtype_choice("float32", torch.device("cpu"), cpuinfo=cpuinfo) == (torch.float32, "--dtype float32: given")
+    with pytest.raises(ValueError, match="'fp8' is not allowed; choose one of"):
+        dtype_choice("fp8", torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- shipped adapters beside their settings
+
+def test_adapter_row_copies_its_settings_speed_and_measures_its_own_success() -> None:
+    """The shipped projector adapter on the bundled policy, 2 episodes per split: its row follows its setting's,
+    with that row's speed (the LoRA is merged) and its own success."""
+    pytest.importorskip("peft")
+    from prismatic_tr.bench.vla.policy_rows import add_adapter_rows
+
+    speed = {"predict_action_ms": 500.0, "predict_action_speedup": 1.3, "speedup": 1.4, "noise_flag": True}
+    records = [{"setting": "none", "site": "none", "method": "none", "success_rate": 0.9, "predict_action_ms": 650.0},
+               {"setting": "diverse:0.1", "site": "projector", "method": "diverse", "success_rate": 0.1,
+                "action_token_agreement": 0.5, **speed}]
+    notes = add_adapter_rows(records, ["projector-diverse-0.1", "vision-diverse-0.1-0.25"], "test", 2, 2)
+    assert [r["setting"] for r in records] == ["none", "diverse:0.1", "diverse:0.1 with adapter projector-diverse-0.1"]
+    row = records[2]
+    assert {k: row[k] for k in speed} == speed and row["speed_from"] == "diverse:0.1"
+    assert row["adapter"] == "projector-diverse-0.1" and row["action_token_agreement"] is None
+    assert row["policy_episodes"] == 2 and row["validation_episodes"] == 2
+    assert 0 <= row["success_rate"] <= 1 and 0 <= row["validation_success_rate"] <= 1
+    assert "speed copied" in notes["projector-diverse-0.1"]
+    assert notes["vision-diverse-0.1-0.25"].startswith("not run: its setting vision:diverse:0.1@0.25 is not among")

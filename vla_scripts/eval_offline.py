@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from vla_scripts.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit
 
 PROG = "eval_offline.py"
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from vla_scripts.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit, run_command
 
 PROG = "eval_policy.py"
 OWN = "own"  # --settings own: the setting the checkpoint or adapter carries (a learned scorer included)
@@ -183,5 +183,10 @@ def main(cfg: EvalPolicyConfig) -> list[dict[str, Any]]:
     return records
 
 
+def cli(argv: Sequence[str] | None = None) -> int:
+    """The command (``prismatic-tr-eval-policy``): parse ``argv``, run, exit status."""
+    return run_command(parse_config, main, argv)
+
+
 if __name__ == "__main__":
-    main(parse_config())
+    raise SystemExit(cli())

@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from prismatic_tr.bench.measure.devices import resolve_device
-from vla_scripts.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit
 
 FIELDS = ["method", "keep_rate", "r", "tokens_out", "gmacs", "top1_agreement", "kl_divergence", "margin_change",
           "linear_cka", "top1_accuracy", "top1_accuracy_baseline", "batch_ms", "batch_ms_p10", "batch_ms_p90",

@@ -12,6 +12,8 @@ training; a failure prints ``finetune.py: error: <reason>`` and exits with statu
 ``<run_root_dir>/<exp_id>/checkpoints/{latest|step_N}``; load one with ``prismatic_tr.models.load_vla`` and
 re-apply its reduction (site, method, depth, positions) with ``prismatic_tr.vla.apply_token_reduction_from_config``.
 ``--token_reduction.site llm`` is refused: that site prunes generation prefills only, so it would train unreduced.
+A ``--vla_path`` that carries a learned scorer (``--token_reduction.method learned`` at the same depth) trains on from
+it; at another depth the run is refused.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
+from prismatic_tr.cli import parse_config, report_bad_input
 from prismatic_tr.training import FinetuneConfig, finetune
-from vla_scripts.cli import parse_config, report_bad_input
 
 PROG = "finetune.py"
 

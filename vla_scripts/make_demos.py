@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
+from prismatic_tr.cli import EXIT_BAD_INPUT, parse_config_or_exit
 from prismatic_tr.envs.demos import DemoConfig, DemoReport, check_output, make_demos
-from vla_scripts.cli import EXIT_BAD_INPUT, parse_config_or_exit
 
 PROG = "make_demos.py"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
-from vla_scripts.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit
 
 PROG = "make_onpolicy_data.py"
 

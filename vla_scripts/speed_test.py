@@ -21,13 +21,7 @@ import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
 from prismatic_tr.bench.measure.devices import DTYPES
 from prismatic_tr.bench.vit.speed import CSV_HEADER, SpeedConfig, format_csv, run_speed_test
-from vla_scripts.cli import parse_args, set_threads
-
-
-def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
-    """Add ``--name`` with both the dash and the underscore spelling."""
-    spellings = {f"--{name.replace('_', '-')}", f"--{name.replace('-', '_')}"}
-    parser.add_argument(*sorted(spellings), dest=name.replace("-", "_"), **kwargs)  # type: ignore[arg-type]
+from prismatic_tr.cli import add_flag, parse_args, set_threads
 
 
 def build_parser() -> argparse.ArgumentParser:

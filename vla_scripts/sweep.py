@@ -19,8 +19,7 @@ import torch
 
 from prismatic_tr.bench.measure.devices import DTYPES
 from prismatic_tr.bench.vit.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
-from vla_scripts.cli import parse_args, set_threads
-from vla_scripts.speed_test import add_flag
+from prismatic_tr.cli import add_flag, parse_args, set_threads
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
+from prismatic_tr.cli import parse_config_or_exit, run_command
 from prismatic_tr.policy.train import PolicyTrainConfig, run_recipe
-from vla_scripts.cli import parse_config_or_exit
 
 PROG = "train_policy.py"
 
@@ -57,5 +57,10 @@ def main(cfg: PolicyTrainConfig) -> dict:
     return record
 
 
+def cli(argv: Sequence[str] | None = None) -> int:
+    """The command (``prismatic-tr-train-policy``): parse ``argv``, run, exit status."""
+    return run_command(parse_config, main, argv)
+
+
 if __name__ == "__main__":
-    main(parse_config())
+    raise SystemExit(cli())

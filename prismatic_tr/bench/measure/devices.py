@@ -50,6 +50,41 @@ def resolve_device(name: str, what: str = "device") -> torch.device:
     return dev
 
 
+# The instruction-set features that decide CPU speed here, recorded with every timing (``cpu_info``).
+CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+NATIVE_BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def _read_cpuinfo(cpuinfo: str | None) -> str:
+    if cpuinfo is not None:
+        return cpuinfo
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
+    """``{"model": "Intel(R) Xeon(R) ...", "features": {"avx2": True, ...}}`` for :data:`CPU_FEATURES`, from
+    ``cpuinfo`` (the text of ``/proc/cpuinfo``; read when None). Off Linux the model is ``platform.processor()``
+    and every feature is None (unknown)."""
+    import platform
+
+    text = _read_cpuinfo(cpuinfo)
+    flags: set[str] = set()
+    model = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags.update(value.split())
+        elif key.strip() == "model name" and not model:
+            model = value.strip()
+    known = bool(text)
+    return {"model": model or platform.processor() or platform.machine(),
+            "features": {f: (f in flags) if known else None for f in CPU_FEATURES}}
+
+
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU multiplies bf16 in hardware (``avx512_bf16`` or ``amx_bf16`` among its flags).
 
@@ -57,17 +92,8 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     torch 2.15, a 64 x 1024 x 1024 bf16 matmul ran at 0.9 GFLOP/s against 160 GFLOP/s in fp32. ``cpuinfo``: the
     text of ``/proc/cpuinfo`` (read when None; False where there is none, e.g. off Linux).
     """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    features = cpu_info(cpuinfo)["features"]
+    return any(features.get(f) for f in NATIVE_BF16_FEATURES)  # type: ignore[union-attr]
 
 
 def fast_dtype(device: torch.device) -> torch.dtype:
@@ -76,6 +102,22 @@ def fast_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return torch.bfloat16
     return torch.float32
+
+
+def dtype_choice(name: str, device: torch.device, what: str = "--dtype",
+                 cpuinfo: str | None = None) -> tuple[torch.dtype, str]:
+    """(dtype, why): ``name`` resolved as :func:`resolve_dtype` does with ``auto`` = :func:`fast_dtype`, and a
+    sentence saying why, for a results file."""
+    if name != "auto":
+        return resolve_dtype(name, what), f"{what} {name}: given"
+    if device.type == "cuda":
+        return torch.bfloat16, f"{what} auto: bfloat16, OpenVLA's inference dtype, on a CUDA device"
+    if device.type == "cpu" and cpu_has_native_bf16(cpuinfo):
+        have = [f for f in CPU_FEATURES if f in NATIVE_BF16_FEATURES and cpu_info(cpuinfo)["features"].get(f)]
+        return torch.bfloat16, (f"{what} auto: bfloat16, OpenVLA's inference dtype: this CPU multiplies bf16 in "
+                                f"hardware ({', '.join(have)})")
+    return torch.float32, (f"{what} auto: float32: this {device.type} has no bf16 hardware (neither avx512_bf16 nor "
+                           "amx_bf16), where bf16 matmuls run far slower than float32")
 
 
 def resolve_dtype(name: str, what: str = "dtype", auto: torch.dtype | None = None) -> torch.dtype:

@@ -74,8 +74,14 @@ class LLMSiteHandle(SiteHandle):
     def attach(self) -> LLMSiteHandle:
         self._hold_scope()
         self._projector_hook = self.info.model.projector.register_forward_hook(self._record)
-        self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.reduction_ratio, self._take,
-                                         self.settings.num_queries, on_kept=self._kept)
+        def take() -> int | None:  # closures, not bound methods: torch 2.2's dynamo cannot call a bound method
+            return self._take()  # passed in as a callback (fullgraph)
+
+        def kept(indices: torch.Tensor) -> None:
+            self._kept(indices)
+
+        self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.reduction_ratio, take,
+                                         self.settings.num_queries, on_kept=kept)
         self.info.model.__dict__[LLM_HANDLE_ATTR] = self
         self.removed = False
         sync_config(self.info.model)

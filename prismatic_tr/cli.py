@@ -1,4 +1,4 @@
-"""What the command-line programs share: draccus parsing with clear errors and a description in ``--help``,
+"""What the command-line programs (``vla_scripts/``) share: draccus parsing with clear errors and a description in ``--help``,
 one spelling rule for list flags, exit statuses, and thread settings.
 
 List flags take any of ``--methods a b``, ``--methods a,b``, ``--methods=a,b`` and the YAML list
@@ -13,7 +13,7 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
@@ -194,3 +194,17 @@ def set_threads(parser: argparse.ArgumentParser, threads: int | None) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def add_flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
+    """Add ``--name`` with both the dash and the underscore spelling."""
+    spellings = {f"--{name.replace('_', '-')}", f"--{name.replace('-', '_')}"}
+    parser.add_argument(*sorted(spellings), dest=name.replace("-", "_"), **kwargs)  # type: ignore[arg-type]
+
+
+def run_command(parse: Callable[[Sequence[str] | None], T], run: Callable[[T], Any],
+                argv: Sequence[str] | None = None) -> int:
+    """The body of a console-script entry point: parse ``argv`` (``sys.argv[1:]`` when None; a bad value exits
+    with status 2), run, and return 0, or ``run``'s own status when it returns an int."""
+    status = run(parse(argv))
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0

@@ -1,6 +1,6 @@
 """Where a trained tabletop policy fails. Run from the repository root:
 
-    python benchmarks/results/policy_training/diagnose.py CHECKPOINT DATA_ROOT [--examples 64] [--episodes 50]
+    python benchmarks/policy_training/diagnose.py CHECKPOINT DATA_ROOT [--examples 64] [--episodes 50]
 
 Prints, as JSON:
 - teacher-forced accuracy of each action token (dx, dy, dz, droll, dpitch, dyaw, gripper, stop) on

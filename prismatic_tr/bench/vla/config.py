@@ -1,0 +1,208 @@
+"""The policy-step benchmark's configuration: the ``main`` and ``full`` profiles and :class:`BenchmarkConfig`,
+validated before any model is built (``ValueError`` naming the bad value and what is allowed).
+
+The command is ``vla_scripts/benchmark.py`` (entry point ``prismatic-tr-benchmark``); the job itself is
+:func:`prismatic_tr.bench.vla.job.run_benchmark`.
+
+No ``from __future__ import annotations`` here: draccus 0.8 (OpenVLA's pins) needs the field types as objects.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prismatic_tr.bench.measure.devices import fast_dtype, resolve_device
+from prismatic_tr.bench.measure.devices import resolve_dtype as _resolve_dtype
+
+# --full's projector methods: every registered reducer (the seed design's four and the selections measured since).
+DEFAULT_METHODS = ["diverse", "salient_diverse", "saliency", "topk_magnitude", "attention_score", "random",
+                   "spatial_pool"]
+# The main job: what a user needs to see the trade-off: the default selection at both sites and the keeps that
+# matter, compact numbering once, and the llm site (under 10 minutes on 2 cores; random and the seed design's
+# scorers are in --full and benchmarks/results/selection/).
+MAIN_SETTINGS = [
+    "diverse:0.25", "diverse:0.1",
+    "vision:diverse:0.25@0.25", "vision:diverse:0.25@0.25:compact", "vision:diverse:0.1@0.25",
+    "llm:attention:0.5@0.25",
+]
+# --full: reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
+FULL_SITE_SETTINGS = [
+    "spatial_pool:4x4",
+    *(f"vision:{m}:{k}@0.25" for m in ("diverse", "salient_diverse", "saliency", "norm", "attention", "random")
+      for k in (0.5, 0.25, 0.1)),
+    "vision:diverse:0.25@0.5", "vision:diverse:0.25@0.1",
+    "llm:attention:0.5@0.25", "llm:attention:0.25@0.25",
+    "vision:diverse:0.25@0.25+llm:attention:0.5@0.25", "vision:diverse:0.25@0.1+llm:attention:0.5@0.125",
+]
+# The shipped LoRA adapters (prismatic_tr/assets/adapters), each run under its own setting beside that setting
+# training-free; the LoRA is merged into the weights, so a step with an adapter is its setting's step (not timed).
+SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+# Each profile's values for the flags a user leaves unset. The main job's budget (10 minutes on 2 cores): 3 timed
+# rounds, 50 test episodes to report and 30 validation episodes to choose the best setting, per row.
+PROFILES: dict[str, dict[str, Any]] = {
+    "main": {"methods": [], "ratios": [0.5, 0.25, 0.1], "settings": MAIN_SETTINGS, "policy_episodes": 50,
+             "validation_episodes": 30, "adapters": SHIPPED_ADAPTERS, "num_runs": 3, "warmup": 1},
+    "full": {"methods": DEFAULT_METHODS, "ratios": [0.5, 0.25, 0.1], "settings": FULL_SITE_SETTINGS,
+             "policy_episodes": 100, "validation_episodes": 100, "adapters": SHIPPED_ADAPTERS, "num_runs": 10,
+             "warmup": 2},
+}
+
+
+def compact_twins(methods: list[str], ratios: list[float], specs: list[str]) -> list[str]:
+    """The ``:compact`` spec of every projector method x ratio and every single-site vision spec (the sites whose
+    position rule can be switched); ``spatial_pool`` at its merge sizes 2 and 4."""
+    twins = []
+    for m in methods:
+        amounts = [f"{s}x{s}" for s in (2, 4)] if m == "spatial_pool" else [f"{r:g}" for r in ratios]
+        twins += [f"{m}:{a}:compact" for a in amounts]
+    twins += [f"{spec}:compact" for spec in specs if "+" not in spec and not spec.startswith("llm:")
+              and not spec.startswith("spatial_pool")]
+    return list(dict.fromkeys(twins))
+
+
+@dataclass
+class BenchmarkConfig:
+    # fmt: off
+    full: bool = False                         # the full sweep (module docstring) instead of the main job's few settings
+    preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b (default: cpu-bench on CPU, openvla-7b on GPU)
+    vision_backbone_id: str = "dinosiglip-vit-so-224px"  # dinosiglip-vit-so-224px | siglip-vit-so400m
+    vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
+    methods: list[str] | None = None           # projector-site methods x --ratios (default: the profile's; main: none)
+    ratios: list[float] | None = None          # fractions of visual tokens kept (default: 0.5 0.25 0.1)
+    spatial_merge_size: int = 2                # spatial_pool window (keeps 1 / size**2 of the tokens)
+    settings: list[str] | None = None          # further specs: any site, ':compact' positions (default: the profile's)
+    policy_episodes: int | None = None         # closed-loop episodes of the bundled policy per setting (0: none; main 50, full 100)
+    policy_split: str = "test"                 # seed split of those episodes (test: held out, reported)
+    validation_episodes: int | None = None     # episodes per setting of the validation split, which choose the best setting (0: none; main 30, full 100)
+    adapters: list[str] | None = None          # shipped adapters (or adapter directories) run under their own setting (default: both shipped; "[]": none)
+    num_runs: int | None = None                # timed rounds, every setting once per round, interleaved (main 5, full 10)
+    warmup: int | None = None                  # untimed rounds first (main 1, full 2)
+    batch_size: int = 1                        # images (same instruction) per step
+    dtype: str = "auto"                        # auto (bfloat16 on GPU and on CPUs with native bf16, else float32) | bfloat16 | float16 | float32
+    device: str = "auto"                       # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    output_dir: Path = Path("outputs/benchmark")  # where results.csv / .json / .png go
+    seed: int = 0                              # model weights, synthetic image, random strategy
+    num_threads: int = 0                       # CPU threads for torch (0 = torch's default, one per core)
+    instruction: str = "pick up the red block"  # the task text of the prompt
+    unnorm_key: str | None = None              # norm_stats key for un-normalising actions (default: the first)
+    progress: bool = True                      # one progress bar over the whole job, with the time left
+    strict: bool = False                       # exit with status 3 when a row is flagged as noisy
+    compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
+    # fmt: on
+
+    def _apply_profile(self) -> None:
+        """Fill every flag left unset from the profile (``main``, or ``full`` with ``--full true``)."""
+        self._adapters_given = self.adapters is not None
+        profile = "full" if self.full else "main"
+        for name, value in PROFILES[profile].items():
+            if getattr(self, name) is None:
+                value = list(value) if isinstance(value, list) else value
+                if name == "settings" and profile == "full":
+                    value = value + compact_twins(self.methods, self.ratios, value)
+                setattr(self, name, value)
+
+    def __post_init__(self) -> None:
+        from prismatic_tr.bench.vla.specs import build_settings
+        from prismatic_tr.envs.splits import SPLITS
+
+        self._apply_profile()
+        if self.policy_split not in SPLITS:
+            raise ValueError(f"--policy_split {self.policy_split!r} is not allowed; use one of {sorted(SPLITS)}")
+
+        build_settings(self.methods, self.ratios, self.spatial_merge_size)  # names a bad method/ratio/size
+        from prismatic_tr.bench.vla.specs import parse_setting
+
+        for spec in self.settings:
+            parse_setting(spec)
+        if self.compile and self.warmup < 1:
+            raise ValueError(f"--compile true needs --warmup >= 1 (got {self.warmup}): the warm-up rounds compile "
+                             "every setting, so that no timed round includes compilation")
+        for name in ("policy_episodes", "validation_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 0")
+        self._check_adapters()
+        for name, low in (("num_runs", 1), ("warmup", 0), ("batch_size", 1), ("num_threads", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
+        resolve_dtype(self.dtype)
+        resolve_device(self.device, "--device")
+        # an empty value reaches here as None (draccus 0.8) or "None" (draccus 0.3)
+        if not isinstance(self.instruction, str) or self.instruction.strip() in ("", "None"):
+            raise ValueError("--instruction is empty; give the task text of the prompt")
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
+        model_config = self._model_config()  # before any model is built
+        self._check_against_model(model_config)
+
+    def _check_adapters(self) -> None:
+        """Every ``--adapters`` entry given is a shipped adapter or a directory holding one; no name twice (the
+        profile's shipped adapters are looked up when they run, and noted if missing)."""
+        if len(set(self.adapters)) != len(self.adapters):
+            raise ValueError(f"--adapters {self.adapters} names an adapter twice; give each once")
+        if self.adapters and self._adapters_given:
+            from prismatic_tr.policy.adapters import adapter_dir
+
+            for name in self.adapters:
+                adapter_dir(name)  # ValueError naming the shipped adapters
+
+    def _model_config(self) -> dict[str, Any]:
+        """The fields of the model's config that flags must agree with: from ``--vla_path``'s config.json,
+        else from ``--preset`` / ``--vision_backbone_id``; ``"source"`` says which."""
+        from prismatic_tr.models.backbones import vision_backbone_spec
+        from prismatic_tr.models.config import (  # imports transformers: after the cheap checks
+            PRESETS,
+            SYNTHETIC_NORM_STATS,
+            VISION_BACKBONE_IDS,
+        )
+
+        if self.vla_path is not None:
+            if self.preset is not None:
+                raise ValueError(f"--preset {self.preset!r} and --vla_path both name a model; pass one of them")
+            path = Path(self.vla_path)
+            if not path.is_dir():
+                raise ValueError(f"--vla_path {self.vla_path!r} is not a directory; give a checkpoint directory")
+            if not (path / "config.json").is_file():
+                raise ValueError(f"--vla_path {self.vla_path!r} has no config.json; it is not a checkpoint directory")
+            try:
+                config = json.loads((path / "config.json").read_text())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--vla_path {self.vla_path!r}: config.json is not valid JSON ({err})") from None
+            return {**config, "source": f"the checkpoint {self.vla_path}"}
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
+        if self.vision_backbone_id not in VISION_BACKBONE_IDS:
+            raise ValueError(f"--vision_backbone_id {self.vision_backbone_id!r} is not allowed; choose one of "
+                             f"{sorted(VISION_BACKBONE_IDS)}")
+        spec = vision_backbone_spec(self.vision_backbone_id)
+        return {"timm_model_ids": list(spec.timm_model_ids), "image_sizes": list(spec.image_sizes),
+                "norm_stats": SYNTHETIC_NORM_STATS, "source": self.vision_backbone_id}
+
+    def _check_against_model(self, config: dict[str, Any]) -> None:
+        """Merge sizes (the flag's and those of ``spatial_pool`` specs) against the patch grid, unnorm_key against
+        the norm_stats (when the config has them)."""
+        from prismatic_tr.bench.vla.specs import (
+            POOL_METHOD,
+            check_merge_sizes,
+            grid_from_config,
+            parse_setting,
+        )
+
+        grid = grid_from_config(config)
+        if grid is not None:
+            specs = [p for spec in self.settings for p in parse_setting(spec).parts if p.method == POOL_METHOD]
+            check_merge_sizes([self.spatial_merge_size, *(p.spatial_merge_size for p in specs)], grid,
+                              config["source"])
+        stats = config.get("norm_stats")
+        if self.unnorm_key is not None and isinstance(stats, dict) and self.unnorm_key not in stats:
+            raise ValueError(f"--unnorm_key {self.unnorm_key!r} is not in the norm_stats of {config['source']}; "
+                             f"allowed: {sorted(stats)}")
+
+
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
+    """``auto``: OpenVLA's inference dtype, bfloat16, where ``device`` computes it in hardware, else float32
+    (:func:`prismatic_tr.bench.measure.devices.fast_dtype`); ``ValueError`` for other names."""
+    return _resolve_dtype(name, "--dtype", auto=fast_dtype(device if device is not None else torch.device("cpu")))

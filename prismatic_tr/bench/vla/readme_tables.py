@@ -1,0 +1,291 @@
+"""The README result tables, written from the committed results files (one place for each number).
+
+Sources, all under ``benchmarks/results/``: ``policy/results.json`` (the main job: end-to-end speed, success on
+test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 test episodes per setting),
+``finetune_reduced/<adapter run>/eval_test.json`` (100 test episodes per shipped adapter) and
+``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine).
+Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
+between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
+``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
+
+    python -m prismatic_tr.bench.vla.readme_tables            # rewrite the tables
+    python -m prismatic_tr.bench.vla.readme_tables --check    # exit 1 naming each table that differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = Path("benchmarks/results")
+POLICY_RESULTS = RESULTS / "policy" / "results.json"
+SELECTION_TEST = RESULTS / "selection" / "eval_test.json"
+FINETUNE = RESULTS / "finetune_reduced"
+SPEED_BY_DTYPE = {"float32": FINETUNE / "speed_float32" / "results.json",
+                  "bfloat16": FINETUNE / "speed_bfloat16" / "results.json"}
+ADAPTERS = Path("prismatic_tr/assets/adapters")
+MAIN_COMMAND = "python vla_scripts/benchmark.py"
+ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
+
+
+@dataclass
+class Sources:
+    """The results files a table is written from, read from ``root``."""
+
+    main: dict[str, Any]  # policy/results.json: {"meta", "records"}
+    test100: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test.json
+    adapter_test100: dict[str, dict[str, Any]]  # adapter name -> its setting's record of its run's eval_test.json
+    by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
+
+    @classmethod
+    def read(cls, root: Path = ROOT) -> Sources:
+        main = _json(root / POLICY_RESULTS)
+        names = [r["adapter"] for r in main["records"] if r.get("adapter")]
+        return cls(main=main, test100=_by_setting(root / SELECTION_TEST),
+                   adapter_test100={n: _adapter_test(root, n) for n in names},
+                   by_dtype={d: _by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()})
+
+
+def _json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"results file {str(path)!r} does not exist; run the command that writes it first")
+    return json.loads(path.read_text())
+
+
+def _by_setting(path: Path) -> dict[str, dict[str, Any]]:
+    return {r["setting"]: r for r in _json(path)["records"]}
+
+
+def _adapter_test(root: Path, name: str) -> dict[str, Any]:
+    """The record of adapter ``name``'s setting in the eval_test.json of the fine-tuning run it came from (its
+    record.json's ``source_checkpoint``: ``outputs/finetune_reduced/<run>/...``)."""
+    record = _json(root / ADAPTERS / name / "record.json")
+    parts = Path(record["source_checkpoint"]).parts
+    run = parts[parts.index("finetune_reduced") + 1]
+    records = _json(root / FINETUNE / run / "eval_test.json")["records"]
+    return next(r for r in records if r["setting"] != "none")
+
+
+# ---------------------------------------------------------------- cells
+
+def pct(rate: float | None, low: float | None = None, high: float | None = None) -> str:
+    """``96 % (87-99 %)``; ``-`` when not measured."""
+    if rate is None:
+        return "-"
+    text = f"{100 * rate:.0f} %"
+    return text + (f" ({100 * low:.0f}-{100 * high:.0f} %)" if low is not None and high is not None else "")
+
+
+def success(rec: dict[str, Any] | None, prefix: str = "") -> str:
+    if rec is None:
+        return "-"
+    return pct(rec.get(f"{prefix}success_rate"), rec.get(f"{prefix}success_ci_low"), rec.get(f"{prefix}success_ci_high"))
+
+
+def end_to_end(rec: dict[str, Any]) -> str:
+    """``predict_action_speedup``, ``*`` when the row is flagged noisy, a dagger on an adapter row."""
+    return (f"{rec['predict_action_speedup']:.2f}x" + ("*" if rec.get("noise_flag") else "")
+            + (ADAPTER_MARK if rec.get("adapter") else ""))
+
+
+def _fraction(depth: float) -> str:
+    f = Fraction(depth).limit_denominator(16)
+    return f"{f.numerator}/{f.denominator}"
+
+
+def _family_parts(family: str) -> list[tuple[str, str, float | None, bool]]:
+    """(site, method, depth fraction, compact) per part of a record's ``method`` (its family, e.g.
+    ``vision:diverse@0.25:compact+llm:attention@0.25`` or ``diverse``; see ``Setting.family``)."""
+    parts = []
+    for part in family.split("+"):
+        compact = part.endswith(":compact")
+        part = part.removesuffix(":compact")
+        site, _, rest = part.partition(":")
+        if site in ("vision", "llm") and rest:
+            method, _, depth = rest.partition("@")
+            parts.append((site, method, float(depth) if depth else None, compact))
+        else:
+            parts.append(("projector", part, None, compact))
+    return parts
+
+
+def describe(rec: dict[str, Any]) -> str:
+    """Where a row's tokens are cut and by which method, in words (from its ``site`` and ``method`` fields)."""
+    if rec.get("adapter"):
+        return f"`{rec['speed_from']}` with its shipped fine-tuned adapter (`{rec['adapter']}`)"
+    if rec["site"] == "none":
+        return "nowhere"
+    words = []
+    for site, method, depth, compact in _family_parts(rec["method"]):
+        where = {"projector": "after the backbone (`projector`)",
+                 "vision": f"inside both towers after {_fraction(depth or 0)} of their blocks (`vision`)",
+                 "llm": f"inside the language model after {_fraction(depth or 0)} of its layers (`llm`)"}[site]
+        default = " (default)" if method == "diverse" and site != "llm" else ""
+        words.append(f"{where}, `{method}`{default}" + (", v0.2's renumbered positions (`:compact`)" if compact else ""))
+    return " + ".join(words)
+
+
+def keep(rec: dict[str, Any]) -> str:
+    return "all" if rec["site"] == "none" else f"{rec['reduction_ratio']:g}"
+
+
+def dtype_speeds(rec: dict[str, Any], by_dtype: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """``2.05 / 1.53x`` (float32 / bfloat16, one machine) where both files have the row's setting, else ``-``."""
+    label = rec.get("speed_from", rec["setting"])
+    rows = [by_dtype.get(d, {}).get(label) for d in ("float32", "bfloat16")]
+    if any(r is None for r in rows):
+        return "-"
+    return " / ".join(f"{r['predict_action_speedup']:.2f}" for r in rows) + "x"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _episodes(records: Sequence[dict[str, Any]], key: str) -> int | None:
+    return next((r[key] for r in records if r.get(key)), None)
+
+
+def cpu_words(meta: dict[str, Any]) -> str:
+    cpu = meta.get("machine", {}).get("cpu")
+    if not cpu:
+        return "CPU features not recorded by this run"
+    have = [f for f, on in cpu["features"].items() if on]
+    return f"{cpu['model']} ({', '.join(have) if have else 'none of ' + ', '.join(cpu['features'])})"
+
+
+def best_words(meta: dict[str, Any]) -> str:
+    best = meta.get("best_on_validation")
+    if best is None:
+        return "not chosen by this run (no validation episodes recorded)"
+    return "; ".join(f"`{site}`: {f'`{s}`' if s else 'none'}" for site, s in best.items()) or "none"
+
+
+# ---------------------------------------------------------------- tables
+
+def main_table(src: Sources) -> str:
+    """README.md, "What it buys and what it costs": one row per main-job row, adapters after their setting."""
+    meta, records = src.main["meta"], src.main["records"]
+    n_test, n_val = _episodes(records, "policy_episodes"), _episodes(records, "validation_episodes")
+    dtype = meta.get("dtype", "?")
+    header = ["where the tokens are cut, which", "keep", f"end-to-end speedup (cpu-bench, {dtype})",
+              "end to end, float32 / bfloat16", f"success, {n_test} test episodes",
+              f"success, {n_val} validation episodes" if n_val else "success, validation",
+              "success, 100 test episodes"]
+    rows = []
+    for rec in records:
+        test100 = src.adapter_test100.get(rec["adapter"]) if rec.get("adapter") else src.test100.get(rec["setting"])
+        rows.append([describe(rec), keep(rec), end_to_end(rec), dtype_speeds(rec, src.by_dtype), success(rec),
+                     success(rec, "validation_"), success(test100)])
+    notes = [
+        "",
+        f"End to end: the whole `predict_action`, against the unreduced model in the same interleaved run, "
+        f"`{meta.get('command', MAIN_COMMAND)}` ({meta.get('date_utc', '?')[:10]}, {dtype}: {meta.get('dtype_reason') or 'reason not recorded'}; "
+        f"{cpu_words(meta)}). \\* flagged noisy by the run: not a result, read as +-0.2. {ADAPTER_MARK} the "
+        "adapter's LoRA is merged into the weights, so its step is its setting's: that row's speed, not timed "
+        "twice. float32 / bfloat16: `benchmarks/results/finetune_reduced/speed_float32` and `speed_bfloat16`, one "
+        "AMX machine, 5 rounds. 100 test episodes: `benchmarks/results/selection/eval_test.json`, adapters "
+        "`benchmarks/results/finetune_reduced/*-onpolicy/eval_test.json`.",
+        "",
+        f"Best setting within 2 points of unreduced success, chosen on the validation episodes among rows faster "
+        f"than unreduced and not noisy: {best_words(meta)}.",
+    ]
+    return "\n".join(_table(header, rows) + notes)
+
+
+def _cut(rec: dict[str, Any]) -> str:
+    return f"{rec.get('cut') or 'none'} / {rec.get('policy_cut') or 'none'}"
+
+
+def policy_table(src: Sources) -> str:
+    """benchmarks/results/policy/README.md: the run's facts and one row per record."""
+    meta, records = src.main["meta"], src.main["records"]
+    n_test, n_val = _episodes(records, "policy_episodes"), _episodes(records, "validation_episodes")
+    load = (meta.get("machine", {}).get("load_average_at_start") or ["?"])[0]
+    facts = [
+        f"- Command: `{meta.get('command', MAIN_COMMAND)}`; {meta.get('date_utc', '?')} UTC; "
+        f"{meta.get('wall_s', '?')} s wall time; {meta.get('noisy_rows', '?')} rows flagged noisy.",
+        f"- Machine: {cpu_words(meta)}, {meta.get('machine', {}).get('cpu_count', '?')} cores, "
+        f"{meta.get('machine', {}).get('torch_threads', '?')} torch threads, load average {load} at start; "
+        f"torch {meta.get('versions', {}).get('torch', '?')}, transformers "
+        f"{meta.get('versions', {}).get('transformers', '?')}.",
+        f"- Speed: {meta.get('model', '?')}, {meta.get('dtype', '?')} "
+        f"({meta.get('dtype_reason') or 'why: not recorded by this run'}).",
+        f"- Success: {meta.get('policy_fidelity', '-')}. Validation: {meta.get('validation', 'not measured')}.",
+        f"- Best within 2 points, chosen on validation: {best_words(meta)}.",
+        "",
+    ]
+    header = ["setting", "cut on cpu-bench / on the policy", "tokens to the LLM", "predict_action ms (p10-p90)",
+              "end-to-end speedup", "phase sum speedup", "vision / prefill / decode ms",
+              f"success, {n_test} test episodes", f"success, {n_val} validation episodes" if n_val else
+              "success, validation", "noise"]
+    rows = [[f"`{r['setting']}`", _cut(r), str(r["llm_visual_tokens"]),
+             f"{r['predict_action_ms']:.0f} ({r['predict_action_ms_p10']:.0f}-{r['predict_action_ms_p90']:.0f})",
+             f"**{end_to_end(r)}**", f"{r['speedup']:.2f}x",
+             f"{r['vision_ms']:.0f} / {r['prefill_ms']:.0f} / {r['decode_ms']:.0f}", success(r),
+             success(r, "validation_"), "flagged" if r.get("noise_flag") else ""] for r in records]
+    return "\n".join(facts + _table(header, rows))
+
+
+# (README path relative to the root, table name, renderer)
+TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
+    ("README.md", "main", main_table),
+    ("benchmarks/results/policy/README.md", "policy", policy_table),
+)
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- table:{name} start -->", f"<!-- table:{name} end -->"
+
+
+def replace_table(text: str, name: str, table: str, where: str = "README") -> str:
+    """``text`` with everything between table ``name``'s markers replaced by ``table``; ValueError when the
+    markers are missing or out of order."""
+    start, end = markers(name)
+    i, j = text.find(start), text.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f"{where} has no {start} ... {end} pair; add both markers where the table goes")
+    return text[:i + len(start)] + "\n" + table + "\n" + text[j:]
+
+
+def rendered(root: Path = ROOT) -> dict[Path, str]:
+    """``{README path: its text with every table re-rendered}``."""
+    src = Sources.read(root)
+    out: dict[Path, str] = {}
+    for rel, name, render in TABLES:
+        path = root / rel
+        out[path] = replace_table(out.get(path, path.read_text()), name, render(src), rel)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m prismatic_tr.bench.vla.readme_tables",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this checkout)")
+    args = parser.parse_args(argv)
+    try:
+        texts = rendered(args.root)
+    except ValueError as err:
+        parser.error(str(err))
+    stale = [p for p, text in texts.items() if p.read_text() != text]
+    for path in stale:
+        if args.check:
+            print(f"{path}: a table differs from its results files; run python -m prismatic_tr.bench.vla.readme_tables",
+                  file=sys.stderr)
+        else:
+            path.write_text(texts[path])
+            print(f"wrote {path}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
