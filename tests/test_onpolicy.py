@@ -15,13 +15,13 @@ pytest.importorskip("tensorflow_datasets")
 from helpers.rlds_fixture import rlds_root, tiny_vla_dir  # noqa: E402
 from test_finetune import make_cfg  # noqa: E402
 
-from prismatic_tr.bench.vla.specs import parse_setting  # noqa: E402
 from prismatic_tr.models.tokenizer import build_prompt  # noqa: E402
 from prismatic_tr.policy import bundled  # noqa: E402
 from prismatic_tr.policy.closed_loop import run_episodes  # noqa: E402
 from prismatic_tr.policy.onpolicy import relabelled_episodes  # noqa: E402
 from prismatic_tr.training.preflight import plan_data  # noqa: E402
 from prismatic_tr.vla import reductions_attached  # noqa: E402
+from prismatic_tr.vla.spec import parse_setting  # noqa: E402
 from vla_scripts.make_onpolicy_data import main  # noqa: E402
 
 SEEDS = [3000, 3001, 3002]  # demonstrations split, after the recipe's 3000 demonstrations

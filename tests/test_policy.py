@@ -15,16 +15,17 @@ import torch
 
 pytest.importorskip("tensorflow_datasets")
 
-from prismatic_tr.bench.vla.specs import Setting, parse_setting  # noqa: E402
+from prismatic_tr.envs.splits import split_seeds  # noqa: E402
 from prismatic_tr.eval import wilson_interval  # noqa: E402
 from prismatic_tr.models import load_vla  # noqa: E402
 from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes  # noqa: E402
 from prismatic_tr.policy.train import DATASET  # noqa: E402
+from prismatic_tr.vla.spec import Setting, parse_setting  # noqa: E402
 from vla_scripts import eval_offline, eval_policy, train_policy  # noqa: E402
 
 # The one-command recipe at toy size, both stages, each stopped before the end of its schedule.
 STAGE1 = {"max_steps": 6, "stop_at_step": 4, "lr_warmup_steps": 1, "learning_rate": 1e-3}
-STAGE2 = {"max_steps": 5, "stop_at_step": 3, "lr_warmup_steps": 1, "learning_rate": 2e-3, "seed": 1}
+STAGE2 = {"max_steps": 5, "stop_at_step": 3, "lr_warmup_steps": 1, "learning_rate": 2e-3, "seed": 1, "save_steps": 1}
 EVAL_EPISODES = 2
 
 
@@ -33,8 +34,8 @@ def toy_argv(out: Path) -> list[str]:
     stage2 = [f"--stage2.{k}={v}" for k, v in STAGE2.items()]
     return ["--output_dir", str(out), "--install_dir", str(out / "installed"), "--num_episodes", "6",
             "--preset", "tiny", "--batch_size", "4", "--vision_pretrain_steps", "2", *stage1, *stage2,
-            "--eval_episodes", str(EVAL_EPISODES), "--test_episodes", str(EVAL_EPISODES), "--eval_batch_size", "2",
-            "--progress", "false"]
+            "--select_episodes", str(EVAL_EPISODES), "--eval_episodes", str(EVAL_EPISODES), "--test_episodes",
+            str(EVAL_EPISODES), "--eval_batch_size", "2", "--progress", "false"]
 
 
 def cosine_lr(rate: float, step: int, warmup: int, max_steps: int) -> float:
@@ -74,9 +75,26 @@ def test_recipe_stops_each_stage_at_its_step_with_the_schedule_kept(trained: dic
         assert (Path(rec["checkpoint"]) / "model.safetensors").is_file()
     stage1, stage2 = record["stages"]
     assert stage1["init"] == str(out / "init") and stage2["init"] == stage1["checkpoint"]
-    assert record["checkpoint"] == stage2["checkpoint"]
+    assert record["checkpoint"] == record["selection"]["chosen"]
     pre = list(csv.DictReader((out / "vision_pretrain_curve.csv").open()))
     assert [int(float(r["step"])) for r in pre] == [2] and math.isfinite(float(pre[0]["offset_error_cm"]))
+
+
+def test_recipe_chooses_its_checkpoint_on_validation_episodes(trained: dict) -> None:
+    """Stage 2 saved a checkpoint at each of its 3 steps; the policy is the one with the most successes on the
+    first select_episodes validation episodes (ties to the later step), each candidate's count recorded."""
+    record = trained["record"]
+    selection = record["selection"]
+    candidates = [Path(c["checkpoint"]) for c in selection["candidates"]]
+    assert [p.name for p in candidates] == [f"step_{i:06d}" for i in (1, 2, 3)]
+    assert selection["episodes"] == EVAL_EPISODES and selection["split"] == "validation"
+    best = max(c["successes"] for c in selection["candidates"])
+    chosen = [c["successes"] for c in selection["candidates"]].index(best, 0)
+    later = max(i for i, c in enumerate(selection["candidates"]) if c["successes"] == best)
+    assert chosen <= later and selection["chosen"] == str(candidates[later]) == record["checkpoint"]
+    vla, processor = load_vla(candidates[0])
+    outcomes = run_episodes(vla, processor, list(split_seeds("validation", EVAL_EPISODES)), DATASET, batch_size=2)
+    assert sum(o.success for o in outcomes) == selection["candidates"][0]["successes"]
 
 
 def test_recipe_writes_every_record(trained: dict) -> None:
@@ -89,7 +107,7 @@ def test_recipe_writes_every_record(trained: dict) -> None:
     assert record["vision_pretraining"]["scene_seeds"] == [500_000, 500_001]  # 2 steps x 1 scene (batch 4)
     assert record["seed_splits"]["test"] == [3_000_000, 3_999_999]
     assert set(record["minutes"]) == {"demonstrations", "init_and_vision_pretraining", "stage1", "stage2",
-                                      "evaluation_validation", "evaluation_test"}
+                                      "selection", "evaluation_validation", "evaluation_test"}
     for split, first in (("validation", 1_000_000), ("test", 3_000_000)):
         ev = record["evaluation"][split]
         assert ev["split"] == split and ev["seeds"] == [first, first + EVAL_EPISODES - 1]
@@ -154,7 +172,7 @@ def test_stage2_equals_a_separate_command_from_stage1s_checkpoint(trained: dict,
     argv = ["--output_dir", str(tmp_path), "--data_root", str(trained["out"] / "data"),
             "--init_checkpoint", stage1["checkpoint"], "--batch_size", "4", "--stage2.enabled", "false",
             "--grounding_loss_weight", "1.0", "--eval_episodes", "1", "--test_episodes", "1", "--progress", "false",
-            *[f"--{k}={v}" for k, v in STAGE2.items()]]
+            "--select_episodes", "0", *[f"--{k}={v}" for k, v in STAGE2.items()]]
     record = train_policy.main(train_policy.parse_config(argv))
     assert not (tmp_path / "data").exists() and not (tmp_path / "init").exists()  # neither written again
     (only,) = record["stages"]
@@ -282,6 +300,7 @@ def test_train_policy_defaults_are_the_shipped_procedure() -> None:
                       "lr_warmup_steps": 50, "grounding_loss_weight": 1.0}
     assert [name for name, _ in cfg.stages()] == ["stage1", "stage2"]
     assert (cfg.eval_episodes, cfg.test_episodes) == (200, 200)
+    assert (cfg.select_episodes, cfg.stage2.save_steps) == (50, 200)  # the command chooses among every 200 steps
 
 
 def test_train_policy_refuses_demonstrations_written_with_other_settings(trained: dict, capsys) -> None:

@@ -12,8 +12,8 @@ from helpers.slow_step import slow_baseline_step
 from PIL import Image
 
 from prismatic_tr.bench.vla.benchmark import add_speedup_fields, benchmark_token_reduction, build_settings
+from prismatic_tr.bench.vla.phases import PHASES
 from prismatic_tr.bench.vla.report import format_table
-from prismatic_tr.bench.vla.specs import PHASES
 from prismatic_tr.models import build_processor, build_prompt, build_vla
 from prismatic_tr.vla import apply_token_reduction_to_vla, get_token_reduction, remove_token_reduction
 

@@ -50,7 +50,7 @@ class EvalOfflineConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.vla.specs import build_settings, parse_setting
+        from prismatic_tr.vla.spec import build_settings, parse_setting
 
         for name, low in (("max_samples", 1), ("batch_size", 1), ("num_threads", 0)):
             value = getattr(self, name)

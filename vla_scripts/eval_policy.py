@@ -4,7 +4,7 @@ The policy (default: the bundled trained policy; ``--vla_path`` for another chec
 ``--episodes`` episodes of a seed split (``--split``, ``prismatic_tr.envs.splits``: "validation" by default, the
 episodes that choose settings and stopping points; "test" for held-out reporting) unreduced and under every setting (``--methods`` x ``--ratios`` at the
 projector, plus any ``--settings`` spec: ``vision:attention:0.25@0.3``, ``llm:attention:0.5@0.25``, combinations
-joined with ``+``; see ``prismatic_tr.bench.vla.specs``). The same seeds for every setting.
+joined with ``+``; see ``prismatic_tr.vla.spec``). The same seeds for every setting.
 
     python vla_scripts/eval_policy.py --episodes 100 --ratios 0.5 0.1
     python vla_scripts/eval_policy.py --methods topk_magnitude --ratios 0.25 --settings vision:attention:0.25@0.3
@@ -66,9 +66,9 @@ class EvalPolicyConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.vla.specs import build_settings, parse_setting
         from prismatic_tr.envs import TaskConfig
         from prismatic_tr.envs.splits import split_seeds
+        from prismatic_tr.vla.spec import build_settings, parse_setting
 
         for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 1), ("num_threads", 0)):
             value = getattr(self, name)
@@ -102,8 +102,8 @@ class EvalPolicyConfig:
         carries; ValueError when neither is given or it carries none."""
         import json
 
-        from prismatic_tr.bench.vla.specs import setting_of
         from prismatic_tr.vla import read_settings
+        from prismatic_tr.vla.spec import setting_of
 
         if self.adapter is not None:
             from prismatic_tr.policy.adapters import read_adapter

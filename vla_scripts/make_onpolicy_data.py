@@ -31,7 +31,7 @@ PROG = "make_onpolicy_data.py"
 @dataclass
 class OnPolicyConfig:
     # fmt: off
-    setting: str = "vision:diverse:0.1@0.25"  # the student's reduction (prismatic_tr.bench.vla.specs)
+    setting: str = "vision:diverse:0.1@0.25"  # the student's reduction (prismatic_tr.vla.spec)
     num_episodes: int = 1000                # episodes (seeds seed ... seed + num_episodes - 1)
     seed: int = 3000                        # first seed, in the demonstrations split (0-499,999)
     vla_path: str | None = None             # the policy (default: the bundled one); the teacher is it unreduced
@@ -44,9 +44,9 @@ class OnPolicyConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.vla.specs import parse_setting
         from prismatic_tr.envs import TaskConfig
         from prismatic_tr.envs.splits import DEMONSTRATIONS, check_seeds
+        from prismatic_tr.vla.spec import parse_setting
 
         for name, low in (("num_episodes", 1), ("seed", 0), ("batch_size", 1), ("num_threads", 0)):
             value = getattr(self, name)

@@ -2,6 +2,7 @@
 
     from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla
     vla = apply_token_reduction_to_vla(vla, reduction_ratio=0.25)   # the measured default method ("diverse")
+    vla = apply_token_reduction_spec(vla, "vision:diverse:0.1@0.25")  # the same settings in the one spec grammar
     action = vla.predict_action(**inputs, unnorm_key="bridge_orig", do_sample=False)
 
 Everything here is a re-export of :mod:`prismatic_tr`; see its modules for the details.
@@ -17,6 +18,7 @@ from prismatic_tr.vla import (
     TokenReductionSettings,
     apply_50_percent_topk_reduction,
     apply_token_reduction_from_config,
+    apply_token_reduction_spec,
     apply_token_reduction_to_vla,
     get_token_reduction,
     monkey_patch_vision_backbone_with_reduction,
@@ -41,6 +43,7 @@ __all__ = [
     "TokenReductionSettings",
     "apply_50_percent_topk_reduction",
     "apply_token_reduction_from_config",
+    "apply_token_reduction_spec",
     "apply_token_reduction_to_vla",
     "available_methods",
     "benchmark_token_reduction",

@@ -14,7 +14,7 @@ Kept free of heavy imports: import the submodules you need, e.g.
 # Control-step benchmark (owner: policy), resolved lazily so that importing the package stays light.
 _LAZY_EXPORTS = {
     "benchmark_token_reduction": "prismatic_tr.bench.vla.benchmark",
-    "build_settings": "prismatic_tr.bench.vla.specs",
+    "build_settings": "prismatic_tr.vla.spec",
     "format_table": "prismatic_tr.bench.vla.report",
     "plot_results": "prismatic_tr.bench.vla.report",
     "write_csv": "prismatic_tr.bench.vla.report",

@@ -1,10 +1,10 @@
-"""The native OpenVLA model (random-weight presets and real checkpoints), its processor, action tokenizer,
-and checkpoint loading (natively, or through OpenVLA's remote code)."""
+"""The native OpenVLA model and OpenVLA-OFT model (random-weight presets and real checkpoints), its processor, action
+tokenizer, and checkpoint loading (natively, or through OpenVLA's remote code)."""
 
 from .action_tokenizer import ActionTokenizer, normalize_actions, unnormalize_actions
 from .adapter import OpenVLAAdapter
 from .backbones import LLM_BACKBONES, VISION_BACKBONES
-from .build import build_vla
+from .build import build_oft_vla, build_vla
 from .config import (
     IGNORE_INDEX,
     PRESETS,
@@ -17,6 +17,8 @@ from .generation import GenerateOutput
 from .image_processing import ImageTransform
 from .loading import RemoteCodeError, load_vla
 from .modeling import NativeOpenVLA, PrismaticCausalLMOutput
+from .oft import NativeOpenVLAOFT
+from .oft_config import OFT_PLATFORMS, NativeOpenVLAOFTConfig, OFTSettings
 from .processor import PrismaticProcessor, build_processor
 from .tokenizer import build_prompt, build_tokenizer
 from .vision import NativeProjector, NativeVisionBackbone
@@ -38,6 +40,10 @@ __all__ = [
     "ImageTransform",
     "NativeOpenVLA",
     "NativeOpenVLAConfig",
+    "NativeOpenVLAOFT",
+    "NativeOpenVLAOFTConfig",
+    "OFTSettings",
+    "OFT_PLATFORMS",
     "NativeProjector",
     "NativeVisionBackbone",
     "OpenVLAAdapter",
@@ -47,6 +53,7 @@ __all__ = [
     "ReferenceOpenVLA",
     "ReferenceOpenVLAConfig",
     "RemoteCodeError",
+    "build_oft_vla",
     "build_processor",
     "build_prompt",
     "build_tokenizer",

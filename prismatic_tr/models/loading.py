@@ -18,6 +18,8 @@ from .adapter import OpenVLAAdapter
 from .backbones import native_llm_problem
 from .config import MODEL_TYPE
 from .modeling import NativeOpenVLA, read_config_dict
+from .oft import NativeOpenVLAOFT
+from .oft_checkpoint import is_oft_checkpoint
 from .processor import PROCESSOR_CONFIG, PrismaticProcessor, build_processor
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -35,9 +37,14 @@ def native_problem(config: dict[str, Any]) -> str | None:
     return native_llm_problem(str(config.get("llm_backbone_id", "llama2-7b-pure")))
 
 
-def load_native(path: str, dtype: torch.dtype | None, device: str | torch.device) -> tuple[NativeOpenVLA, Any]:
-    """A checkpoint directory -> (NativeOpenVLA, PrismaticProcessor from the directory's processor files)."""
-    vla = NativeOpenVLA.from_pretrained(path, torch_dtype=dtype, device=device)
+def load_native(path: str, dtype: torch.dtype | None, device: str | torch.device,
+                oft: dict[str, Any] | None = None) -> tuple[NativeOpenVLA, Any]:
+    """A checkpoint directory -> (NativeOpenVLA, or NativeOpenVLAOFT for OpenVLA-OFT's layout, and the
+    PrismaticProcessor from the directory's processor files)."""
+    if oft is not None or is_oft_checkpoint(path, read_config_dict(path)):
+        vla = NativeOpenVLAOFT.from_pretrained(path, torch_dtype=dtype, device=device, oft=oft)
+    else:
+        vla = NativeOpenVLA.from_pretrained(path, torch_dtype=dtype, device=device)
     if os.path.isfile(os.path.join(path, PROCESSOR_CONFIG)):
         return vla, PrismaticProcessor.from_pretrained(path)
     if vla.config.prismatic_tr_preset is None:
@@ -115,6 +122,7 @@ def load_vla(
     trust_remote_code: bool = True,
     reference_api: bool = False,
     native: bool | str = "auto",
+    oft: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """Load ``(vla, processor)`` from a checkpoint directory or a Hugging Face id.
 
@@ -123,6 +131,12 @@ def load_vla(
         remote code; True: natively or ValueError saying why not; False: through the remote code.
     dtype: default the checkpoint's ``torch_dtype``. reference_api: wrap a remote-code model in
         :class:`OpenVLAAdapter` (the native model's ``generate(return_logits=...)`` / ``predict_action``).
+
+    OpenVLA-OFT checkpoints (OFT's layout: ``action_head--*_checkpoint.pt``, ``proprio_projector--*_checkpoint.pt``,
+    ``dataset_statistics.json`` beside the model files) load natively as :class:`NativeOpenVLAOFT`, never through
+    remote code; ``oft`` gives the settings the files do not hold (``platform``, ``num_images_in_input``,
+    ``attention``, see :class:`~prismatic_tr.models.oft_config.OFTSettings`); given, it also marks a checkpoint
+    without head files as OFT's (the discrete-token variant).
 
     A path that does not exist and is no hub id raises FileNotFoundError; an existing path that is not a
     checkpoint directory raises ValueError; remote code that cannot run raises :class:`RemoteCodeError`.
@@ -137,11 +151,15 @@ def load_vla(
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise ValueError(f"{path!r} is not a directory; pass a checkpoint directory or a Hugging Face model id")
-        problem = native_problem(read_config_dict(path))
+        config = read_config_dict(path)
+        problem = native_problem(config)
+        if (oft is not None or is_oft_checkpoint(path, config)) and (native is False or problem is not None):
+            raise ValueError(f"{path!r} is an OpenVLA-OFT checkpoint; it loads natively only (native='auto' or True)"
+                             + (f", which it cannot: {problem}" if problem else ""))
         if native is True and problem is not None:
             raise ValueError(f"{path!r} cannot be loaded natively: {problem}")
         if native is not False and problem is None:
-            return load_native(path, dtype, device)
+            return load_native(path, dtype, device, oft)
     elif native is True:
         raise ValueError(f"{path!r} is not in the local Hugging Face cache; native loading needs the files")
     vla, processor = load_hf_openvla(path, dtype, device, trust_remote_code)

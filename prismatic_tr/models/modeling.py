@@ -59,10 +59,13 @@ def build_language_model(text_config: LlamaConfig, attn_implementation: str) -> 
 class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
     """OpenVLA, natively. See the module docstring; shapes are given on each method."""
 
+    # The backbone class built in __init__ (OpenVLA-OFT's model builds a multi-image one, models/oft.py).
+    vision_backbone_class: type[NativeVisionBackbone] = NativeVisionBackbone
+
     def __init__(self, config: NativeOpenVLAConfig) -> None:
         super().__init__()
         self.config = config
-        self.vision_backbone = NativeVisionBackbone(
+        self.vision_backbone = self.vision_backbone_class(
             config.timm_model_ids, config.image_sizes, config.timm_override_act_layers, config.timm_model_kwargs
         )
         self.projector = NativeProjector(
@@ -147,6 +150,10 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
         )
 
     # --- persistence (OpenVLA's layout) ---
+    def weights_module(self) -> nn.Module:
+        """The module whose ``state_dict`` is the checkpoint's safetensors (OpenVLA-OFT's model keeps its heads apart)."""
+        return self
+
     def save_pretrained(
         self, save_directory: str | os.PathLike, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
         remote_code_from: str | os.PathLike | None = None, **_: Any,
@@ -170,7 +177,7 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
             cfg.pop(key, None)
         with open(os.path.join(save_directory, CONFIG_NAME), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
-        save_weights(self, save_directory, max_shard_bytes)
+        save_weights(self.weights_module(), save_directory, max_shard_bytes)
         carry_remote_code(remote_code_from or self.remote_code_dir, save_directory)
 
     @classmethod
@@ -190,7 +197,7 @@ class NativeOpenVLA(OpenVLAInferenceMixin, nn.Module):
         dtype = torch_dtype or saved_dtype
         with parameters_on_meta():
             model = cls(config)
-        load_weights_(model, directory, dtype, device or "cpu")
+        load_weights_(model.weights_module(), directory, dtype, device or "cpu")
         model.remote_code_dir = str(directory) if auto_maps(directory) else None
         return model.to(device=device).eval()
 

@@ -1,6 +1,6 @@
 """Closed-loop evaluation of reduction settings: success on the tabletop task and end-to-end step time.
 
-For each setting (:mod:`prismatic_tr.bench.vla.specs`; the unreduced baseline first) the reduction is
+For each setting (:mod:`prismatic_tr.vla.spec`; the unreduced baseline first) the reduction is
 attached, the same episodes run (:func:`prismatic_tr.policy.closed_loop.run_episodes`), and the reduction is
 removed. Step time: the model's own ``predict_action`` at batch 1 on the first episode's first observation,
 every setting timed round-robin after a warm-up (``prismatic_tr.bench.measure.timing.interleaved``, the
@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from prismatic_tr.bench.measure.timing import interleaved
-from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, outcome_counts, run_episodes
 from prismatic_tr.vla import reduction_cut, reductions_attached, visual_token_count
+from prismatic_tr.vla.spec import Setting
 
 
 def reduction(vla: nn.Module, setting: Setting, seed: int = 0) -> contextlib.AbstractContextManager[Any]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.envs.splits import OFFLINE, VALIDATION, seed_split, split_seeds
 from prismatic_tr.policy.bundled import UNNORM_KEY, load_bundled_policy
 from prismatic_tr.policy.evaluate import evaluate_settings
 from prismatic_tr.policy.offline import evaluate_offline, expert_steps
+from prismatic_tr.vla.spec import Setting
 
 EVAL_SEED = seed_split(VALIDATION).first  # 1,000,000: first closed-loop episode of the default split
 OFFLINE_SEED = seed_split(OFFLINE).first  # 2,000,000: first episode of the expert's steps

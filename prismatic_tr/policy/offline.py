@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.vla.specs import Setting
 from prismatic_tr.models.tokenizer import build_prompt
 from prismatic_tr.policy.evaluate import llm_visual_tokens, reduction
 from prismatic_tr.vla import visual_token_count
+from prismatic_tr.vla.spec import Setting
 
 
 def read_steps(data_root_dir: str, dataset_name: str, split: str, max_samples: int) -> list[dict[str, Any]]:

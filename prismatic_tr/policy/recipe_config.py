@@ -77,7 +77,7 @@ class StageConfig:
     lr_warmup_steps: int = 50                  # linear warm-up steps
     seed: int = 1                              # torch seed at the stage's start and data order
     grounding_loss_weight: float = 1.0         # training-only grounding loss (prismatic_tr.policy.grounding); 0 = off
-    save_steps: int | None = None              # checkpoint interval; None = at the last step only
+    save_steps: int | None = 200               # checkpoint interval (candidates for --select_episodes); None = last only
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -114,7 +114,9 @@ class PolicyTrainConfig:
     grounding_loss_weight: float = 0.0         # training-only grounding loss in stage 1 (0 = off)
     save_steps: int | None = None              # checkpoint interval; None = at the last step only
     stage2: StageConfig = field(default_factory=StageConfig)  # the second stage (--stage2.enabled false: none)
-    # evaluation of the last stage's checkpoint
+    # choosing the policy among the last stage's checkpoints, then evaluating it
+    select_episodes: int = 50                  # validation episodes per saved checkpoint of the last stage; the best
+                                               #   one is the policy (0: the last step's, however it does)
     eval_episodes: int = 200                   # closed-loop episodes from the validation split (choosing)
     test_episodes: int = 200                   # closed-loop episodes from the test split (reporting only)
     eval_batch_size: int = 25                  # episodes run in lockstep
@@ -133,6 +135,9 @@ class PolicyTrainConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 1")
         check_stage(self, "--")
+        if isinstance(self.select_episodes, bool) or not isinstance(self.select_episodes, int) or self.select_episodes < 0:
+            raise ValueError(f"--select_episodes {self.select_episodes!r} is not allowed; use an integer >= 0 "
+                             "(0: keep the last step's checkpoint)")
         if self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
         if isinstance(self.vision_pretrain_steps, bool) or self.vision_pretrain_steps < 0:

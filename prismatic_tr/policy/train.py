@@ -16,7 +16,8 @@ Output directory layout::
     init/                                        the random-weight model, towers pretrained (stage 1 starts here)
     vision_pretrain_curve.csv                    tower pretraining, every 50 steps
     runs/<exp_id>+stage1/checkpoints/step_N      stage 1's checkpoint at its last step (stage 2 starts here)
-    runs/<exp_id>+stage2/checkpoints/step_N      stage 2's: the policy
+    runs/<exp_id>+stage2/checkpoints/step_N      stage 2's, every save_steps: the candidates; the policy is the one
+                                                 with the most successes on select_episodes validation episodes
     training_curve_stage1.csv, _stage2.csv       loss / action accuracy / action L1 / lr (/ aux_loss) per step
     evaluation.json                              settings, demonstrations, stages, success per seed split
 
@@ -38,8 +39,8 @@ import torch
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 from prismatic_tr.policy.recipe_config import DATASET, PolicyTrainConfig, StageConfig, StageSpec
 
-__all__ = ["DATASET", "PolicyTrainConfig", "StageConfig", "evaluate", "install", "run_recipe", "train_stage",
-           "write_curve"]
+__all__ = ["DATASET", "PolicyTrainConfig", "StageConfig", "choose_checkpoint", "evaluate", "install", "run_recipe",
+           "train_stage", "write_curve"]
 
 logger = logging.getLogger("prismatic_tr.training")
 CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
@@ -172,6 +173,34 @@ def evaluate(checkpoint: Path, split: str, episodes: int, batch_size: int = 25,
     return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
 
 
+def candidate_checkpoints(last: Path) -> list[Path]:
+    """Every checkpoint the last stage saved (``step_N`` beside ``last``), in step order."""
+    return sorted(p for p in last.parent.glob("step_*") if (p / "config.json").is_file())
+
+
+def choose_checkpoint(cfg: PolicyTrainConfig, last: Path) -> tuple[Path, dict[str, Any]]:
+    """The policy: of the last stage's saved checkpoints, the one with the most successes on the first
+    ``cfg.select_episodes`` validation episodes (ties: the later step, which trained longer); ``last`` itself
+    when ``select_episodes`` is 0 or it is the only one. Returns it and the record of every candidate.
+
+    Closed-loop success of this policy moves by tens of points between checkpoints a few hundred steps apart
+    while the training loss stays flat (benchmarks/results/policy_training/remake_diagnosis.md), so a fixed stop
+    step chosen by hand for one run does not carry over to another: the command chooses on validation episodes.
+    """
+    candidates = candidate_checkpoints(last)
+    if cfg.select_episodes == 0 or len(candidates) <= 1:
+        return last, {"episodes": 0, "rule": "the last step's checkpoint", "candidates": [str(last)]}
+    scores = []
+    for path in candidates:
+        rec = evaluate(path, VALIDATION, cfg.select_episodes, cfg.eval_batch_size, cfg.progress)
+        scores.append({"checkpoint": str(path), "successes": rec["successes"], "success_rate": rec["success_rate"]})
+        logger.info("selection: %s %d/%d validation episodes", path.name, rec["successes"], cfg.select_episodes)
+    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
+    return candidates[best], {"episodes": cfg.select_episodes, "split": VALIDATION,
+                              "rule": "most validation successes, ties to the later step",
+                              "candidates": scores, "chosen": str(candidates[best])}
+
+
 def install(checkpoint: Path, records: list[Path], target: Path) -> Path:
     """Copy the checkpoint's model, processor and statistics files, and the records, into ``target`` (curves of
     an earlier install there are removed first, so every record in ``target`` is this run's)."""
@@ -196,7 +225,9 @@ def run_recipe(cfg: PolicyTrainConfig) -> dict[str, Any]:
     init = cfg.init_checkpoint if cfg.init_checkpoint is not None else write_initial_checkpoint(cfg)
     t_init = time.perf_counter()
     stages = run_stages(cfg, data_root, init)
-    checkpoint = Path(stages[-1]["checkpoint"])
+    t_stages = time.perf_counter()
+    checkpoint, selection = choose_checkpoint(cfg, Path(stages[-1]["checkpoint"]))
+    t_select = time.perf_counter()
     evaluation = {split: evaluate(checkpoint, split, n, cfg.eval_batch_size, cfg.progress)
                   for split, n in ((VALIDATION, cfg.eval_episodes), (TEST, cfg.test_episodes))}
     demos = data_root / DATASET / "demos.json"
@@ -206,9 +237,10 @@ def run_recipe(cfg: PolicyTrainConfig) -> dict[str, Any]:
         "config": cfg.to_record(), "seed_splits": split_ranges(),
         "demonstrations": {"data_root": str(data_root), **json.loads(demos.read_text())},
         "vision_pretraining": _pretraining_record(cfg) if pretrained else None,
-        "init": str(init), "stages": stages, "checkpoint": str(checkpoint), "evaluation": evaluation,
+        "init": str(init), "stages": stages, "selection": selection, "checkpoint": str(checkpoint),
+        "evaluation": evaluation,
         "minutes": {"demonstrations": (t_demos - t0) / 60, "init_and_vision_pretraining": (t_init - t_demos) / 60,
-                    **{s["stage"]: s["minutes"] for s in stages},
+                    **{s["stage"]: s["minutes"] for s in stages}, "selection": (t_select - t_stages) / 60,
                     **{f"evaluation_{k}": v["wall_s"] / 60 for k, v in evaluation.items()}},
         "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
     }

@@ -32,6 +32,7 @@ class TokenReductionConfig:
     """
 
     # fmt: off
+    spec: str | None = None             # the whole setting in the one grammar, e.g. vision:diverse:0.1@0.25 (fills the fields below)
     site: str | None = None             # projector | vision (llm is refused); None: projector when a method is named
     method: str | None = None           # None: the site's default method (off when no site is named); "none": off
     reduction_ratio: float = 0.5        # fraction of patch tokens kept
@@ -44,12 +45,31 @@ class TokenReductionConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
+        if self.spec is not None:
+            self._fill_from_spec()
         if self.method is not None and str(self.method).lower() in NO_REDUCTION:
             self.method, self.site = None, None
         settings = self.settings()  # validates every field via prismatic_tr.vla (ValueError naming the value)
         if settings is not None:
             refuse_llm_site(settings.site)
             self.site, self.method, self.depth_fraction = settings.site, settings.method, settings.depth_fraction
+
+    def _fill_from_spec(self) -> None:
+        """Take site, method, ratio, merge size, depth and positions from ``spec`` (:mod:`prismatic_tr.vla.spec`);
+        ValueError for a spec that names several sites (training attaches one) or that is not a spec."""
+        from prismatic_tr.vla.spec import parse_setting
+
+        parts = parse_setting(self.spec).reductions(self.seed)
+        if len(parts) > 1:
+            raise ValueError(f"token_reduction.spec={self.spec!r} names {len(parts)} sites; fine-tuning attaches one")
+        if not parts:
+            self.method, self.site = None, None
+            return
+        p = parts[0]
+        self.site, self.method, self.reduction_ratio = p.site, p.method, p.reduction_ratio
+        self.depth_fraction, self.positions = p.depth_fraction, p.positions
+        if p.method == "spatial_pool":
+            self.spatial_merge_size = p.spatial_merge_size
 
     @property
     def enabled(self) -> bool:

@@ -3,6 +3,7 @@ model): locate, attach, remove, persist; every site keeps the kept tokens' origi
 
 from prismatic_tr.vla.api import (
     apply_token_reduction_from_config,
+    apply_token_reduction_spec,
     apply_token_reduction_to_vla,
     attach_token_reduction,
     current_token_reduction,
@@ -22,6 +23,7 @@ from prismatic_tr.vla.quick import (
 from prismatic_tr.vla.scope import CallRecord, reduction_call
 from prismatic_tr.vla.settings import CONFIG_KEY, POSITIONS, SITES, TokenReductionSettings, read_settings
 from prismatic_tr.vla.sites import LLMSiteHandle, ProjectorSiteHandle, ReductionHandle, VisionSiteHandle
+from prismatic_tr.vla.spec import Setting, parse_setting, setting_of
 
 __all__ = [
     "CONFIG_KEY",
@@ -32,10 +34,12 @@ __all__ = [
     "LLMSiteHandle",
     "ProjectorSiteHandle",
     "ReductionHandle",
+    "Setting",
     "TokenReductionSettings",
     "VisionSiteHandle",
     "apply_50_percent_topk_reduction",
     "apply_token_reduction_from_config",
+    "apply_token_reduction_spec",
     "apply_token_reduction_to_vla",
     "attach_token_reduction",
     "current_token_reduction",
@@ -43,9 +47,11 @@ __all__ = [
     "get_token_reduction",
     "live_handles",
     "monkey_patch_vision_backbone_with_reduction",
+    "parse_setting",
     "read_settings",
     "reduction_call",
     "reduction_cut",
+    "setting_of",
     "reductions_attached",
     "remove_token_reduction",
     "token_reduction_parameters",

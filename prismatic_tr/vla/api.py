@@ -103,6 +103,19 @@ def apply_token_reduction_to_vla(
     return vla
 
 
+def apply_token_reduction_spec(vla: nn.Module, spec: str, seed: int = 0) -> nn.Module:
+    """Attach the reduction that ``spec`` names, in the one grammar of :mod:`prismatic_tr.vla.spec` (e.g.
+    ``"vision:diverse:0.1@0.25"``, ``"diverse:0.25+llm:attention:0.5@0.25"``; ``"none"``: no reduction), after
+    removing any; returns ``vla``. The spec is checked in full before the model is touched."""
+    from prismatic_tr.vla.spec import parse_setting
+
+    reductions = parse_setting(spec).reductions(seed)
+    remove_token_reduction(vla)
+    for settings in reductions:
+        attach_token_reduction(vla, settings)
+    return vla
+
+
 @contextlib.contextmanager
 def reductions_attached(vla: nn.Module, settings: Sequence[TokenReductionSettings]) -> Iterator[list[Any]]:
     """Attach every one of ``settings`` (one per site) for the block, after removing any reduction; remove

@@ -41,6 +41,27 @@ SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": scorings(), "llm": ("atten
 # small objects the task names, where the seed design's topk_magnitude / attention_score keep the background.
 DEFAULT_METHODS = {"projector": "diverse", "vision": "diverse", "llm": "attention"}
 DEFAULT_DEPTH_FRACTION = 0.25
+POOL_METHOD = "spatial_pool"
+
+
+def spec_label(site: str, method: str, reduction_ratio: float, spatial_merge_size: int,
+               depth_fraction: float | None, positions: str = "original") -> str:
+    """The one label of a site's reduction, which is also its spec (:mod:`prismatic_tr.vla.spec`):
+    ``diverse:0.25``, ``spatial_pool:2x2``, ``vision:diverse:0.1@0.25``, ``llm:attention:0.5@0.25``, with a
+    ``:compact`` suffix when the kept tokens are renumbered."""
+    if site == "projector":
+        name = f"{method}:{spatial_merge_size}x{spatial_merge_size}" if method == POOL_METHOD \
+            else f"{method}:{reduction_ratio:g}"
+    else:
+        name = f"{site}:{method}:{reduction_ratio:g}@{depth_fraction:g}"
+    return name + (":compact" if positions == "compact" else "")
+
+
+def family_label(site: str, method: str, depth_fraction: float | None, positions: str = "original") -> str:
+    """The label without the amount kept: what a curve over keep ratios shares (``diverse``,
+    ``vision:diverse@0.25``)."""
+    name = method if site == "projector" else f"{site}:{method}@{depth_fraction:g}"
+    return name + (":compact" if positions == "compact" else "")
 
 
 @dataclass
@@ -110,10 +131,14 @@ class TokenReductionSettings:
 
     @property
     def label(self) -> str:
-        """Short name for tables: ``topk_magnitude``, ``vision:attention@0.25``, ``llm:attention@0.25``; a
-        ``:compact`` suffix when the kept tokens are renumbered."""
-        name = self.method if self.site == "projector" else f"{self.site}:{self.method}@{self.depth_fraction:g}"
-        return name + (":compact" if self.positions == "compact" else "")
+        """This setting as its spec (:func:`spec_label`), e.g. ``vision:diverse:0.1@0.25``."""
+        return spec_label(self.site, self.method, self.reduction_ratio, self.spatial_merge_size, self.depth_fraction,
+                          self.positions)
+
+    @property
+    def family(self) -> str:
+        """The label without the amount kept (:func:`family_label`), e.g. ``vision:diverse@0.25``."""
+        return family_label(self.site, self.method, self.depth_fraction, self.positions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -56,16 +56,16 @@ from prismatic_tr.bench.vla.measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.vla.specs import (
+from prismatic_tr.bench.vla.phases import PHASES
+from prismatic_tr.bench.vla.step import PolicyStep, StepInputs, prepare_inputs, timed_call
+from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
+from prismatic_tr.vla.spec import (
     BASELINE,
-    PHASES,
     POOL_METHOD,
     Setting,
     build_settings,
     parse_setting,
 )
-from prismatic_tr.bench.vla.step import PolicyStep, StepInputs, prepare_inputs, timed_call
-from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
 
 
 def _timed_rounds(
@@ -193,7 +193,7 @@ def benchmark_token_reduction(
             ``pixel_values`` (B, C, H, W).
         methods, ratios, spatial_merge_size: projector-site settings, see :func:`build_settings`.
         extra_settings: further settings (specs such as ``"vision:attention:0.25@0.3"`` or ``"llm:attention:0.5@0.25"``,
-            combinations joined with ``+``; see :mod:`prismatic_tr.bench.vla.specs`).
+            combinations joined with ``+``; see :mod:`prismatic_tr.vla.spec`).
         num_runs: timed rounds (every setting once per round); warmup: untimed rounds first.
         device: where the model lives (default: its parameters' device); must match the model.
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).

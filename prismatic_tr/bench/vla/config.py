@@ -28,7 +28,7 @@ MAIN_SETTINGS = [
     "vision:diverse:0.25@0.25", "vision:diverse:0.25@0.25:compact", "vision:diverse:0.1@0.25",
     "llm:attention:0.5@0.25",
 ]
-# --full: reduction inside the vision towers and inside the language model (see prismatic_tr.bench.vla.specs).
+# --full: reduction inside the vision towers and inside the language model (see prismatic_tr.vla.spec).
 FULL_SITE_SETTINGS = [
     "spatial_pool:4x4",
     *(f"vision:{m}:{k}@0.25" for m in ("diverse", "salient_diverse", "saliency", "norm", "attention", "random")
@@ -105,15 +105,15 @@ class BenchmarkConfig:
                 setattr(self, name, value)
 
     def __post_init__(self) -> None:
-        from prismatic_tr.bench.vla.specs import build_settings
         from prismatic_tr.envs.splits import SPLITS
+        from prismatic_tr.vla.spec import build_settings
 
         self._apply_profile()
         if self.policy_split not in SPLITS:
             raise ValueError(f"--policy_split {self.policy_split!r} is not allowed; use one of {sorted(SPLITS)}")
 
         build_settings(self.methods, self.ratios, self.spatial_merge_size)  # names a bad method/ratio/size
-        from prismatic_tr.bench.vla.specs import parse_setting
+        from prismatic_tr.vla.spec import parse_setting
 
         for spec in self.settings:
             parse_setting(spec)
@@ -184,7 +184,7 @@ class BenchmarkConfig:
     def _check_against_model(self, config: dict[str, Any]) -> None:
         """Merge sizes (the flag's and those of ``spatial_pool`` specs) against the patch grid, unnorm_key against
         the norm_stats (when the config has them)."""
-        from prismatic_tr.bench.vla.specs import (
+        from prismatic_tr.vla.spec import (
             POOL_METHOD,
             check_merge_sizes,
             grid_from_config,

@@ -158,7 +158,7 @@ def job_progress(cfg: BenchmarkConfig, settings: int) -> Any:
 
 def count_settings(cfg: BenchmarkConfig) -> int:
     """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats."""
-    from prismatic_tr.bench.vla.specs import build_settings, parse_setting
+    from prismatic_tr.vla.spec import build_settings, parse_setting
 
     grid = build_settings(cfg.methods, cfg.ratios, cfg.spatial_merge_size)
     return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings]))

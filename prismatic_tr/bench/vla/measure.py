@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.bench.measure.devices import as_device
-from prismatic_tr.bench.vla.specs import PHASES
+from prismatic_tr.bench.vla.phases import PHASES
 from prismatic_tr.bench.vla.step import PolicyStep, StepOutput, counted_call
 from prismatic_tr.eval import kl_divergence, top1_agreement
 from prismatic_tr.vla import (

@@ -53,8 +53,8 @@ def add_test_success(records: list[dict], episodes: int, split: str,
                      on_episode: Callable[..., None] | None = None) -> str:
     """Success on ``episodes`` of ``split`` and the offline action error, merged into the records; returns the
     metadata line (or, when the bundled policy is missing, why nothing was measured)."""
-    from prismatic_tr.bench.vla.specs import parse_setting
     from prismatic_tr.policy.fidelity import policy_fidelity
+    from prismatic_tr.vla.spec import parse_setting
 
     try:
         fields = policy_fidelity([parse_setting(r["setting"]) for r in records], episodes, split=split,
@@ -77,10 +77,10 @@ def add_validation_success(records: list[dict], episodes: int,
                            on_episode: Callable[..., None] | None = None) -> str:
     """``validation_success_rate`` (with its interval) on the first ``episodes`` of the validation split, per
     record; returns the metadata line."""
-    from prismatic_tr.bench.vla.specs import parse_setting
     from prismatic_tr.policy.bundled import UNNORM_KEY, load_bundled_policy
     from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes
     from prismatic_tr.policy.evaluate import reduction
+    from prismatic_tr.vla.spec import parse_setting
 
     if episodes == 0:
         return "not measured (--validation_episodes 0): no best setting is chosen"
@@ -96,11 +96,11 @@ def add_validation_success(records: list[dict], episodes: int,
 
 
 def adapter_setting(name: str) -> Any:
-    """The :class:`prismatic_tr.bench.vla.specs.Setting` an adapter was trained under (its token_reduction.json)."""
+    """The :class:`prismatic_tr.vla.spec.Setting` an adapter was trained under (its token_reduction.json)."""
     from types import SimpleNamespace
 
-    from prismatic_tr.bench.vla.specs import setting_of
     from prismatic_tr.vla import read_settings
+    from prismatic_tr.vla.spec import setting_of
 
     return setting_of(read_settings(SimpleNamespace(token_reduction=shipped.read_adapter(name)[0])))
 

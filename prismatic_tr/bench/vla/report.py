@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prismatic_tr.bench.vla.specs import PHASES
+from prismatic_tr.bench.vla.phases import PHASES
 
 NOISY_MARK = "NOISY"  # the table's mark for a row with noise_flag set (see prismatic_tr.bench.measure.noise)
 NOISE_LABEL = "noisy row (noise_flag)"

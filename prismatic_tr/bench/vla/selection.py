@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prismatic_tr.bench.vla.specs import BASELINE
+from prismatic_tr.vla.spec import BASELINE
 
 MAX_LOSS = 0.02  # 2 percentage points of success below unreduced
 SELECT_ON = "validation_success_rate"  # the field a setting is chosen by

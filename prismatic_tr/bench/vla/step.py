@@ -23,7 +23,7 @@ from torch import nn
 
 from prismatic_tr.bench.measure.flops import count_macs
 from prismatic_tr.bench.measure.timing import Timer
-from prismatic_tr.bench.vla.specs import PHASES  # noqa: F401  (re-exported: the phases run() calls)
+from prismatic_tr.bench.vla.phases import PHASES  # noqa: F401  (re-exported: the phases run() calls)
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
 from prismatic_tr.vla import get_token_reduction, unwrap_vla

@@ -1,6 +1,6 @@
-"""The settings of a policy benchmark or evaluation: the unreduced baseline, then reductions at one or more sites.
+"""The one spec grammar of a reduction setting, used by the API, training, benchmarks and evaluation.
 
-A :class:`Setting` is one site's reduction (``projector`` method x ratio, or ``vision`` / ``llm`` with a depth
+A :class:`Setting` is the unreduced baseline or one site's reduction (``projector`` method x ratio, or ``vision`` / ``llm`` with a depth
 fraction), optionally combined with further sites (``also``). On the command line a setting is a spec::
 
     topk_magnitude:0.5                      projector site: method and fraction kept
@@ -12,8 +12,9 @@ fraction), optionally combined with further sites (``also``). On the command lin
     own                                     (eval_policy.py) the setting the checkpoint or adapter carries, a
                                             learned selection's trained scorer included
 
-Light on imports (the reducers and the settings dataclass only), so a command line can validate flags before
-building a model.
+Each part is a :class:`prismatic_tr.vla.TokenReductionSettings` (:meth:`Setting.reductions`); its label is that
+settings' ``label`` (one format, :func:`prismatic_tr.vla.settings.spec_label`). Light on imports (the reducers and
+the settings dataclass only), so a command line can validate flags before building a model.
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from prismatic_tr.reducers import available_methods
+from prismatic_tr.vla.settings import POOL_METHOD, TokenReductionSettings, family_label, spec_label
 
 BASELINE = "none"
-POOL_METHOD = "spatial_pool"
-# The timed phases of one control step, in order (see prismatic_tr.bench.vla.step).
-PHASES: tuple[str, ...] = ("vision", "reducer", "projector", "prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -66,13 +65,10 @@ class Setting:
         ``vision:attention@0.3``, ``vision:attention@0.3+llm:attention@0.25``); "none" for the baseline."""
         if self.is_baseline:
             return BASELINE
-        return "+".join((p.method if p.site == "projector" else f"{p.site}:{p.method}@{p.depth_fraction:g}")
-                        + _positions_suffix(p) for p in self.parts)
+        return "+".join(family_label(p.site, p.method, p.depth_fraction, p.positions) for p in self.parts)
 
     def reductions(self, seed: int = 0) -> list[Any]:
         """The :class:`prismatic_tr.vla.TokenReductionSettings` to attach, one per site (validated)."""
-        from prismatic_tr.vla.settings import TokenReductionSettings
-
         return [TokenReductionSettings(p.method, p.reduction_ratio, max(1, p.spatial_merge_size), seed=seed,
                                        site=p.site, depth_fraction=p.depth_fraction, positions=p.positions,
                                        scorer=list(p.scorer) if p.scorer is not None else None)
@@ -90,17 +86,8 @@ def setting_of(reductions: Sequence[Any]) -> Setting:
     return Setting(**{**parts[0].__dict__, "also": tuple(parts[1:])})
 
 
-def _positions_suffix(p: Setting) -> str:
-    return ":compact" if p.positions == "compact" else ""
-
-
 def _part_label(p: Setting) -> str:
-    if p.site == "projector":
-        name = f"{p.method}:{p.spatial_merge_size}x{p.spatial_merge_size}" if p.method == POOL_METHOD \
-            else f"{p.method}:{p.reduction_ratio:g}"
-    else:
-        name = f"{p.site}:{p.method}:{p.reduction_ratio:g}@{p.depth_fraction:g}"
-    return name + _positions_suffix(p)
+    return spec_label(p.site, p.method, p.reduction_ratio, p.spatial_merge_size, p.depth_fraction, p.positions)
 
 
 def _parse_part(spec: str) -> Setting:

@@ -1,0 +1,230 @@
+"""``NativeOpenVLAOFT``: OpenVLA-OFT (moojink/openvla-oft) natively, one parallel pass per action chunk.
+
+The towers, projector and Llama of :class:`~prismatic_tr.models.modeling.NativeOpenVLA` (same names, same
+checkpoint keys), plus OFT's additions (:mod:`.oft_modules`): 1-3 images per sample (``vision_backbone``
+encodes each on its own and concatenates their tokens, ``get_num_patches()`` per image,
+``get_num_images_in_input()`` / ``set_num_images_in_input()``), a proprio projector (one token after the visual
+tokens), ``chunk x action_dim`` action slots after the prompt, ONE language-model pass over
+``[BOS, visual, proprio, prompt, slots, stop]`` (:mod:`.oft_pass`; causal, or bidirectional through an explicit
+4-D mask, :class:`~.oft_config.OFTSettings.attention`), and the actions read from the slots: OFT's L1-regression
+MLP head on their last hidden states, or the language model's argmax there mapped to OpenVLA's bins. FiLM and
+the diffusion head are not built. Visual tokens are counted from tensors, so a reduction before the language
+model (``prismatic_tr.vla``'s projector and vision sites) needs nothing from this class.
+
+Persistence (:mod:`.oft_checkpoint`) uses OFT's layout: OpenVLA's ``config.json`` + safetensors for the VLA,
+``action_head--*_checkpoint.pt``, ``proprio_projector--*_checkpoint.pt``, ``dataset_statistics.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from prismatic_tr.reducers.tensor_ops import take_along
+
+from .checkpoint import auto_maps, load_weights_
+from .config import NativeOpenVLAConfig
+from .generation import layer_masks
+from .init_utils import parameters_on_meta
+from .modeling import NativeOpenVLA, load_config, read_config_dict
+from .oft_checkpoint import infer_settings, load_components_, read_statistics, save_components
+from .oft_config import NativeOpenVLAOFTConfig, OFTSettings
+from .oft_modules import L1RegressionActionHead, OFTVisionBackbone, ProprioProjector
+from .oft_pass import action_sequence, attention_bias, insert_after_bos, insert_flags, slot_hidden_index
+from .prompt import Prompt
+
+_NORM_KEYS = {"bounds_q99": ("q01", "q99"), "bounds": ("min", "max")}
+
+
+@dataclass
+class OFTPassOutput:
+    """One parallel pass: ``actions`` (B, chunk, action_dim) normalised (float32 for the L1 head, float64 bin
+    centres for the discrete variant, on the host); ``hidden`` (B, S, D) the hidden states read for the S slots."""
+
+    actions: np.ndarray
+    hidden: torch.Tensor
+
+
+# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py _unnormalize_actions (MIT, see NOTICE):
+# 0.5 (a + 1)(high - low + 1e-8) + low where the mask is set, bounds by the platform's normalisation type.
+def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
+    """(..., A) actions in [-1, 1] -> raw scale as OFT does it (``normalization``: "bounds_q99" or "bounds")."""
+    if normalization not in _NORM_KEYS:
+        raise ValueError(f"normalization={normalization!r}; allowed: {sorted(_NORM_KEYS)}")
+    low_key, high_key = _NORM_KEYS[normalization]
+    missing = [k for k in (low_key, high_key) if k not in stats]
+    if missing:
+        raise ValueError(f"action statistics lack {missing} (normalization={normalization!r}); have {sorted(stats)}")
+    low, high = np.array(stats[low_key]), np.array(stats[high_key])
+    mask = np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
+    return np.where(mask, 0.5 * (normalized + 1) * (high - low + 1e-8) + low, normalized)
+
+
+class NativeOpenVLAOFT(NativeOpenVLA):
+    """OpenVLA-OFT, natively (see the module docstring)."""
+
+    vision_backbone_class = OFTVisionBackbone
+
+    def __init__(self, config: NativeOpenVLAOFTConfig) -> None:
+        super().__init__(config)
+        s = config.oft_settings
+        self.vision_backbone.set_num_images_in_input(s.num_images_in_input)
+        llm_dim = config.text_config.hidden_size
+        self.proprio_projector = ProprioProjector(llm_dim, s.proprio_dim) if s.proprio_dim is not None else None
+        self.action_head = (L1RegressionActionHead(llm_dim, s.head_hidden_dim or llm_dim, s.action_dim,
+                                                   s.num_actions_chunk)
+                            if s.action_head == "l1_regression" else None)
+
+    @property
+    def oft(self) -> OFTSettings:
+        return self.config.oft_settings
+
+    # --- the one parallel pass ---
+    def embed_observation(self, pixel_values: torch.Tensor, proprio: Any = None,
+                          proprio_projector: nn.Module | None = None) -> torch.Tensor:
+        """(B, n * C, H, W) images and optional (B, proprio_dim) state -> (B, n * K (+ 1), llm_dim): the projected
+        visual tokens, then the proprio token."""
+        visual = self.embed_images(pixel_values)
+        if proprio is None:
+            return visual
+        projector = proprio_projector if proprio_projector is not None else self.proprio_projector
+        if projector is None:
+            raise ValueError("proprio was given but this model has no proprio projector (oft.proprio_dim is None)")
+        # as OFT: a float32 tensor first, then the features' dtype
+        state = torch.as_tensor(np.asarray(proprio) if not torch.is_tensor(proprio) else proprio, dtype=torch.float32)
+        state = state.to(visual.device, dtype=visual.dtype).reshape(visual.shape[0], -1)
+        return torch.cat([visual, projector(state)[:, None]], dim=1)
+
+    def run_action_pass(self, prompt: Prompt, observation: torch.Tensor) -> torch.Tensor:
+        """One language-model pass; returns the (B, S, D) last hidden states that predict the S action slots.
+
+        ``prompt``: ids (B, L) real tokens first, the empty token already there; ``observation``: (B, V, D) from
+        :meth:`embed_observation`.
+        """
+        s = self.oft
+        slots = s.num_action_slots
+        seq = action_sequence(prompt, slots, s.stop_token_id)
+        embed = self.get_input_embeddings()
+        ids = seq.ids.to(embed.weight.device)
+        text = embed(ids) * (~seq.slot.to(ids.device))[..., None].to(embed.weight.dtype)
+        inputs = insert_after_bos(text, observation)
+        v, (b, t) = observation.shape[1], inputs.shape[:2]
+        slot = insert_flags(seq.slot.to(ids.device), v, False)
+        key_mask = insert_flags(seq.key_mask.to(ids.device), v, True) if seq.key_mask is not None else None
+        bias = attention_bias(s.attention, slot, key_mask, inputs.dtype)
+        positions = torch.arange(t, device=ids.device).expand(b, t)
+        lm = self.language_model
+        with layer_masks(lm, bias):
+            out = lm.model(inputs_embeds=inputs, attention_mask=None, position_ids=positions, use_cache=False)
+        index = slot_hidden_index(seq.prompt_len, seq.ids.shape[1], v, slots, b, ids.device)
+        return take_along(out.last_hidden_state, index)
+
+    def actions_from_hidden(self, hidden: torch.Tensor, action_head: Any = None) -> np.ndarray:
+        """(B, S, D) slot hidden states -> (B, chunk, action_dim) normalised actions on the host (one copy)."""
+        s = self.oft
+        head = action_head if action_head is not None else self.action_head
+        b = hidden.shape[0]
+        if head is not None:
+            return head.predict_action(hidden).reshape(b, s.num_actions_chunk, s.action_dim).float().cpu().numpy()
+        tokens = self.language_model.lm_head(hidden).argmax(dim=-1).cpu().numpy()
+        normalized = self.action_tokenizer.decode_token_ids_to_actions(tokens)
+        return normalized.reshape(b, s.num_actions_chunk, s.action_dim)
+
+    @torch.no_grad()
+    def predict_action(
+        self,
+        input_ids: torch.Tensor | None = None,
+        unnorm_key: str | None = None,
+        proprio: Any = None,
+        proprio_projector: nn.Module | None = None,
+        action_head: nn.Module | None = None,
+        noisy_action_projector: nn.Module | None = None,
+        use_film: bool = False,
+        pixel_values: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        return_hidden_states: bool = False,
+        do_sample: bool = False,
+    ) -> np.ndarray | tuple[np.ndarray, torch.Tensor]:
+        """Un-normalised actions (chunk, action_dim) for a batch of one, (B, chunk, action_dim) otherwise.
+
+        OFT's calling convention: ``proprio`` is the normalised state (B, proprio_dim) or (proprio_dim,);
+        ``proprio_projector`` / ``action_head`` default to the model's own (OFT's modules may be passed instead);
+        the empty token 29871 is appended where a prompt lacks it. ``return_hidden_states``: return OFT's pair
+        ``(actions, hidden states of the slots (B, S, D))``. A padded batch (``attention_mask``) is allowed.
+        Diffusion (``noisy_action_projector``), FiLM and sampling are not built: ValueError.
+        """
+        if noisy_action_projector is not None or use_film or do_sample:
+            raise ValueError("the native OFT model builds the L1-regression and discrete heads only: "
+                             "noisy_action_projector (diffusion), use_film=True and do_sample=True are not allowed")
+        if input_ids is None or pixel_values is None:
+            raise ValueError("predict_action needs input_ids and pixel_values")
+        key = self._check_unnorm_key(unnorm_key)
+        prompt = self.make_prompt(input_ids, attention_mask, for_actions=True)
+        hidden = self.run_action_pass(prompt, self.embed_observation(pixel_values, proprio, proprio_projector))
+        normalized = self.actions_from_hidden(hidden, action_head)
+        actions = unnormalize_oft_actions(normalized, self.get_action_stats(key), self.oft.normalization)
+        actions = actions[0] if actions.shape[0] == 1 else actions
+        return (actions, hidden) if return_hidden_states else actions
+
+    def get_action_dim(self, unnorm_key: str | None = None) -> int:
+        """The action dimension of one chunk step (OFT's ``ACTION_DIM``)."""
+        return self.oft.action_dim
+
+    # --- persistence (OFT's layout, see oft_checkpoint) ---
+    def weights_module(self) -> nn.Module:
+        """The VLA without OFT's heads: what goes into (and comes from) the safetensors files."""
+        view = nn.Module()
+        for name in ("vision_backbone", "projector", "language_model"):
+            view.add_module(name, getattr(self, name))
+        return view
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        """OpenVLA's files (``config.json`` with the ``oft`` settings, safetensors without the heads), then
+        ``action_head--latest_checkpoint.pt``, ``proprio_projector--latest_checkpoint.pt`` (those the model has) and
+        ``dataset_statistics.json``, as OFT's fine-tuning writes them. The image count saved is the backbone's now."""
+        self.config.oft = {**self.config.oft, "num_images_in_input": self.vision_backbone.get_num_images_in_input()}
+        super().save_pretrained(save_directory, **kwargs)
+        save_components(self, save_directory)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        torch_dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        oft: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> NativeOpenVLAOFT:
+        """Load an OFT checkpoint directory (OFT's layout, module docstring) without running its code.
+
+        ``oft``: settings the files do not hold or to change (``platform``, ``num_images_in_input``, ``attention``,
+        any :class:`OFTSettings` field). ``dataset_statistics.json``, when present, replaces the config's
+        ``norm_stats`` (as OFT's loading does). Missing / unexpected keys raise ValueError listing them.
+        """
+        base, saved_dtype = load_config(directory)
+        settings = infer_settings(directory, read_config_dict(directory), oft, base.text_config.hidden_size)
+        config = oft_config_from(base, settings)
+        stats = read_statistics(directory)
+        if stats is not None:
+            config.norm_stats = stats
+        dtype = torch_dtype or saved_dtype
+        with parameters_on_meta():
+            model = cls(config)
+        load_weights_(model.weights_module(), directory, dtype, device or "cpu")
+        load_components_(model, directory, dtype, device or "cpu")
+        model.remote_code_dir = str(directory) if auto_maps(directory) else None
+        return model.to(device=device).eval()
+
+
+def oft_config_from(config: NativeOpenVLAConfig, oft: dict[str, Any] | OFTSettings | None) -> NativeOpenVLAOFTConfig:
+    """An OpenVLA config with OFT's settings added (derived and bookkeeping fields dropped, as ``load_config``)."""
+    data = copy.deepcopy(config.to_dict())
+    for key in ("model_type", "torch_dtype", "dtype", "transformers_version", "auto_map", "_name_or_path", "oft"):
+        data.pop(key, None)
+    return NativeOpenVLAOFTConfig(oft=oft, **data)

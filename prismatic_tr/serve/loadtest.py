@@ -1,0 +1,249 @@
+"""Load-test a server that speaks OpenVLA's deploy protocol: real HTTP, N concurrent clients, bounded.
+
+:func:`run_load_test` first sends each of ``distinct`` observations (tabletop frames of different episodes, so
+different images) alone, one after another, and keeps each answer as that observation's reference; then
+``clients`` threads send them round-robin, each waiting for its answer before sending the next, until ``requests``
+have been sent or ``duration_s`` has passed (each request has its own ``timeout_s``). Every answer is checked
+against its own reference: a response for another request is caught as ``mismatched``. With ``bad_every`` = K
+(the soak), every K-th request is a malformed one from :data:`BAD_KINDS` and must be answered 4xx.
+
+The result (:func:`summarize`): actions per second, latency percentiles, errors, lost requests (no answer),
+mismatches, bad requests answered 4xx or not, and the server's resident memory before and after (``/info``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import json_numpy
+import numpy as np
+
+BAD_KINDS = ("not_json", "float_image", "grey_image", "tiny_image", "no_instruction", "extra_field",
+             "unknown_unnorm_key", "two_images", "oversized")
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True)
+class LoadTestConfig:
+    """What to send: ``clients`` threads, at most ``requests`` requests and ``duration_s`` seconds in all."""
+
+    url: str = "http://127.0.0.1:8000"
+    clients: int = 4
+    requests: int = 200
+    duration_s: float = 60.0
+    distinct: int = 32
+    timeout_s: float = 120.0
+    atol: float = 1e-6
+    bad_every: int = 0
+    unnorm_key: str | None = None
+    seed: int = 3_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("clients", "requests", "distinct"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not allowed; use an integer >= 1")
+        if isinstance(self.bad_every, bool) or not isinstance(self.bad_every, int) or self.bad_every < 0:
+            raise ValueError(f"bad_every={self.bad_every!r} is not allowed; use 0 (none) or an integer >= 1")
+        for name in ("duration_s", "timeout_s"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; use a number of seconds > 0")
+        if not self.url.startswith("http://"):
+            raise ValueError(f"url={self.url!r} is not allowed; use http://host:port")
+
+
+@dataclass
+class Tally:
+    """What the clients saw, filled in under a lock."""
+
+    latencies_s: list[float] = field(default_factory=list)
+    statuses: Counter = field(default_factory=Counter)
+    lost: list[str] = field(default_factory=list)
+    mismatched: int = 0
+    max_abs_diff: float = 0.0
+    bad_sent: Counter = field(default_factory=Counter)
+    bad_not_4xx: list[str] = field(default_factory=list)
+
+
+def observations(n: int, seed: int) -> list[tuple[np.ndarray, str]]:
+    """``n`` (image (224, 224, 3) uint8, instruction) pairs: the first frame of tabletop episodes ``seed`` ...
+    (a different scene each, so different images)."""
+    from prismatic_tr.envs import make_episode
+
+    out = []
+    for i in range(n):
+        obs = make_episode(seed + i).reset()
+        out.append((obs.image, obs.instruction))
+    return out
+
+
+def act_body(image: np.ndarray, instruction: str, unnorm_key: str | None) -> bytes:
+    """OpenVLA's deploy payload, json-numpy encoded."""
+    payload: dict[str, Any] = {"image": image, "instruction": instruction}
+    if unnorm_key is not None:
+        payload["unnorm_key"] = unnorm_key
+    return json_numpy.dumps(payload).encode()
+
+
+def bad_body(kind: str, image: np.ndarray, max_body_bytes: int) -> bytes:
+    """A malformed request of ``kind`` (one of :data:`BAD_KINDS`); the server must answer it 4xx."""
+    good = {"image": image, "instruction": "pick up the red block"}
+    bodies: dict[str, Callable[[], Any]] = {
+        "not_json": lambda: b"{this is not json",
+        "float_image": lambda: {**good, "image": image.astype(np.float32) / 255},
+        "grey_image": lambda: {**good, "image": image[..., 0]},
+        "tiny_image": lambda: {**good, "image": image[:4, :4]},
+        "no_instruction": lambda: {"image": image},
+        "extra_field": lambda: {**good, "temperature": 0.5},
+        "unknown_unnorm_key": lambda: {**good, "unnorm_key": "no_such_dataset"},
+        "two_images": lambda: {**good, "wrist_image": image},
+        "oversized": lambda: {**good, "padding": "x" * (max_body_bytes + 1)},
+    }
+    if kind not in bodies:
+        raise ValueError(f"bad request kind {kind!r} is not allowed; use one of {BAD_KINDS}")
+    body = bodies[kind]()
+    return body if isinstance(body, bytes) else json_numpy.dumps(body).encode()
+
+
+def decode_action(text: str) -> np.ndarray:
+    """An answer body -> the action array."""
+    return np.asarray(json.loads(text, object_hook=json_numpy.object_hook))
+
+
+def server_info(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """``GET /info`` of the server."""
+    import requests
+
+    response = requests.get(f"{url}/info", timeout=timeout_s)
+    response.raise_for_status()
+    return response.json()
+
+
+def reference_actions(cfg: LoadTestConfig, bodies: list[bytes]) -> list[np.ndarray]:
+    """Each body's answer when it is the only request in flight (sent one after another)."""
+    import requests
+
+    out = []
+    with requests.Session() as session:
+        for i, body in enumerate(bodies):
+            response = session.post(f"{cfg.url}/act", data=body, headers=JSON_HEADERS, timeout=cfg.timeout_s)
+            if response.status_code != 200:
+                raise RuntimeError(f"reference request {i} got HTTP {response.status_code}: {response.text[:300]}")
+            out.append(decode_action(response.text))
+    return out
+
+
+def _send_one(session: Any, cfg: LoadTestConfig, index: int, good: list[bytes], refs: list[np.ndarray],
+              bad: Callable[[int], tuple[str, bytes]] | None, tally: Tally, lock: threading.Lock) -> None:
+    """Send request ``index`` (a bad one every ``bad_every``) and record what came back."""
+    is_bad = bad is not None and cfg.bad_every > 0 and (index + 1) % cfg.bad_every == 0
+    kind, body = bad(index) if is_bad and bad is not None else ("", good[index % len(good)])
+    start = time.perf_counter()
+    try:
+        response = session.post(f"{cfg.url}/act", data=body, headers=JSON_HEADERS, timeout=cfg.timeout_s)
+    except Exception as err:  # noqa: BLE001 (a lost request is a result, not a crash of the tester)
+        with lock:
+            tally.lost.append(f"request {index}{' (' + kind + ')' if kind else ''}: {type(err).__name__}: {err}")
+        return
+    elapsed = time.perf_counter() - start
+    with lock:
+        if is_bad:
+            tally.bad_sent[kind] += 1
+            if not 400 <= response.status_code < 500:
+                tally.bad_not_4xx.append(f"{kind}: HTTP {response.status_code}")
+            return
+        tally.statuses[response.status_code] += 1
+        if response.status_code != 200:
+            return
+        tally.latencies_s.append(elapsed)
+    action = decode_action(response.text)
+    ref = refs[index % len(refs)]
+    diff = float(np.max(np.abs(action - ref))) if action.shape == ref.shape else float("inf")
+    with lock:
+        tally.max_abs_diff = max(tally.max_abs_diff, diff)
+        tally.mismatched += int(not diff <= cfg.atol)
+
+
+def run_clients(cfg: LoadTestConfig, good: list[bytes], refs: list[np.ndarray],
+                bad: Callable[[int], tuple[str, bytes]] | None) -> tuple[Tally, float]:
+    """``cfg.clients`` threads sending until ``cfg.requests`` are sent or ``cfg.duration_s`` passed; (tally,
+    wall seconds)."""
+    import requests
+
+    tally, lock, counter = Tally(), threading.Lock(), itertools.count()
+    deadline = time.perf_counter() + cfg.duration_s
+
+    def client() -> None:
+        with requests.Session() as session:
+            while time.perf_counter() < deadline:
+                with lock:
+                    index = next(counter)
+                if index >= cfg.requests:
+                    return
+                _send_one(session, cfg, index, good, refs, bad, tally, lock)
+
+    threads = [threading.Thread(target=client, name=f"client-{i}", daemon=True) for i in range(cfg.clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(cfg.duration_s + cfg.timeout_s + 10)
+    return tally, time.perf_counter() - start
+
+
+def summarize(cfg: LoadTestConfig, tally: Tally, wall_s: float, refs: list[np.ndarray],
+              before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The report: throughput, latency percentiles (ms), errors, lost, mismatched, bad answers, memory."""
+    lat = np.asarray(tally.latencies_s) * 1000
+    pct = {f"p{q}": round(float(np.percentile(lat, q)), 1) for q in (50, 95, 99)} if lat.size else {}
+    errors = {str(k): v for k, v in sorted(tally.statuses.items()) if k != 200}
+    stats0, stats1 = before.get("stats", {}), after.get("stats", {})
+    batches = (stats1.get("batches", 0) or 0) - (stats0.get("batches", 0) or 0)
+    served = (stats1.get("requests", 0) or 0) - (stats0.get("requests", 0) or 0)
+    return {
+        "model": after.get("model"), "setting": after.get("setting"), "dtype": after.get("dtype"),
+        "clients": cfg.clients, "ok": int(lat.size), "errors": errors, "lost": len(tally.lost),
+        "lost_examples": tally.lost[:5], "mismatched": tally.mismatched, "max_abs_diff": tally.max_abs_diff,
+        "distinct_observations": len(refs),
+        "distinct_reference_actions": len({r.tobytes() for r in refs}),
+        "wall_s": round(wall_s, 2), "actions_per_s": round(lat.size / wall_s, 3) if wall_s > 0 else None,
+        "latency_ms": {**pct, "mean": round(float(lat.mean()), 1) if lat.size else None},
+        "server_mean_batch_size": round(served / batches, 2) if batches else None,
+        "bad_sent": sum(tally.bad_sent.values()), "bad_by_kind": dict(tally.bad_sent),
+        "bad_answered_4xx": sum(tally.bad_sent.values()) - len(tally.bad_not_4xx),
+        "bad_not_4xx": tally.bad_not_4xx[:20],
+        "server_rss_mb": {"server_start": _mb(after.get("rss_bytes_at_start")), "start": _mb(before.get("rss_bytes")),
+                          "end": _mb(after.get("rss_bytes"))},
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+    }
+
+
+def _mb(value: Any) -> float | None:
+    return round(value / 2**20, 1) if isinstance(value, (int, float)) else None
+
+
+def run_load_test(cfg: LoadTestConfig) -> dict[str, Any]:
+    """References alone, then the load (and the bad requests of a soak); the :func:`summarize` report."""
+    info = server_info(cfg.url)
+    obs = observations(cfg.distinct, cfg.seed)
+    good = [act_body(image, text, cfg.unnorm_key) for image, text in obs]
+    refs = reference_actions(cfg, good)
+    limit = int(info.get("limits", {}).get("max_body_bytes", 8 * 2**20))
+    bad_cache: dict[str, bytes] = {}
+
+    def bad(index: int) -> tuple[str, bytes]:
+        kind = BAD_KINDS[(index // max(cfg.bad_every, 1)) % len(BAD_KINDS)]
+        if kind not in bad_cache:
+            bad_cache[kind] = bad_body(kind, obs[0][0], limit)
+        return kind, bad_cache[kind]
+
+    before = server_info(cfg.url)
+    tally, wall = run_clients(cfg, good, refs, bad if cfg.bad_every else None)
+    return summarize(cfg, tally, wall, refs, before, server_info(cfg.url))
