@@ -76,17 +76,15 @@ def decode_mask(key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def layer_masks(lm: LlamaForCausalLM, mask: torch.Tensor | None) -> Iterator[None]:
-    """Inside the block every decoder layer of ``lm`` receives ``mask`` as its ``attention_mask`` (a forward
-    pre-hook, run before any other hook on the layer); nothing happens for ``mask=None``."""
-    if mask is None:
-        yield
-        return
+def every_layer_gets(lm: nn.Module, mask: torch.Tensor | None) -> Iterator[None]:
+    """Inside the block every decoder layer of ``lm`` is called with ``attention_mask=mask`` (None: causal SDPA),
+    whatever transformers prepared (a forward pre-hook, run before any other hook on the layer). The one place
+    that hands the layers a mask: the decode steps here, OpenVLA-OFT's parallel pass (:mod:`.oft`)."""
 
     def hand_in(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict]:
         if "attention_mask" not in kwargs:
             raise ValueError("a decoder layer was called without an attention_mask keyword; this transformers "
-                             "version's layer call is not the one the decode mask is handed to")
+                             "version's layer call is not the one the mask is handed to")
         return args, {**kwargs, "attention_mask": mask}
 
     hooks = [layer.register_forward_pre_hook(hand_in, with_kwargs=True, prepend=True) for layer in lm.model.layers]
@@ -95,6 +93,17 @@ def layer_masks(lm: LlamaForCausalLM, mask: torch.Tensor | None) -> Iterator[Non
     finally:
         for h in hooks:
             h.remove()
+
+
+@contextlib.contextmanager
+def layer_masks(lm: LlamaForCausalLM, mask: torch.Tensor | None) -> Iterator[None]:
+    """Inside the block every decoder layer of ``lm`` receives ``mask`` as its ``attention_mask``
+    (:func:`every_layer_gets`); nothing happens for ``mask=None``."""
+    if mask is None:
+        yield
+        return
+    with every_layer_gets(lm, mask):
+        yield
 
 
 def prefill(

@@ -160,7 +160,7 @@ def load_vla(
             raise ValueError(f"{path!r} cannot be loaded natively: {problem}")
         if native is not False and problem is None:
             return load_native(path, dtype, device, oft)
-    elif native is True:
-        raise ValueError(f"{path!r} is not in the local Hugging Face cache; native loading needs the files")
+    elif native is True or oft is not None:
+        raise ValueError(f"{path!r} is not in the local Hugging Face cache; native loading (and OFT) needs the files")
     vla, processor = load_hf_openvla(path, dtype, device, trust_remote_code)
     return (OpenVLAAdapter(vla) if reference_api else vla), processor

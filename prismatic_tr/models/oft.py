@@ -18,8 +18,8 @@ Persistence (:mod:`.oft_checkpoint`) uses OFT's layout: OpenVLA's ``config.json`
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from prismatic_tr.reducers.tensor_ops import take_along
 
 from .checkpoint import auto_maps, load_weights_
 from .config import NativeOpenVLAConfig
-from .generation import layer_masks
+from .generation import every_layer_gets
 from .init_utils import parameters_on_meta
 from .modeling import NativeOpenVLA, load_config, read_config_dict
 from .oft_checkpoint import infer_settings, load_components_, read_statistics, save_components
@@ -40,15 +40,6 @@ from .oft_pass import action_sequence, attention_bias, insert_after_bos, insert_
 from .prompt import Prompt
 
 _NORM_KEYS = {"bounds_q99": ("q01", "q99"), "bounds": ("min", "max")}
-
-
-@dataclass
-class OFTPassOutput:
-    """One parallel pass: ``actions`` (B, chunk, action_dim) normalised (float32 for the L1 head, float64 bin
-    centres for the discrete variant, on the host); ``hidden`` (B, S, D) the hidden states read for the S slots."""
-
-    actions: np.ndarray
-    hidden: torch.Tensor
 
 
 # follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py _unnormalize_actions (MIT, see NOTICE):
@@ -64,6 +55,23 @@ def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], norma
     low, high = np.array(stats[low_key]), np.array(stats[high_key])
     mask = np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
     return np.where(mask, 0.5 * (normalized + 1) * (high - low + 1e-8) + low, normalized)
+
+
+# transformers 5 builds its masks in masking_utils, and reads the position ids on the host (packed-sequence detection)
+# when a call has neither a mask nor a cache; a 4-D mask skips that whole step. transformers 4.40 has no such module
+# and reads a 4-D mask on the host instead (its max), but nothing when the mask is None.
+_MASK_SKIPS_PREPARATION = importlib.util.find_spec("transformers.masking_utils") is not None
+
+
+def run_decoder(lm: nn.Module, inputs: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``lm.model`` once over ``inputs`` (B, T, D), no cache, at positions 0 .. T - 1, every layer attending with
+    ``bias`` (B, 1, T, T) additive, or causally when None; the last hidden states (B, T, D). No host sync on either
+    stack: transformers gets no mask (4.40) or a placeholder 4-D one (5.x) that the layers never see."""
+    b, t = inputs.shape[:2]
+    placeholder = inputs.new_zeros(1, 1, 1, 1).expand(b, 1, t, t) if _MASK_SKIPS_PREPARATION else None
+    with every_layer_gets(lm, bias):
+        out = lm.model(inputs_embeds=inputs, attention_mask=placeholder, use_cache=False)
+    return out.last_hidden_state
 
 
 class NativeOpenVLAOFT(NativeOpenVLA):
@@ -114,16 +122,13 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         ids = seq.ids.to(embed.weight.device)
         text = embed(ids) * (~seq.slot.to(ids.device))[..., None].to(embed.weight.dtype)
         inputs = insert_after_bos(text, observation)
-        v, (b, t) = observation.shape[1], inputs.shape[:2]
+        v, b = observation.shape[1], inputs.shape[0]
         slot = insert_flags(seq.slot.to(ids.device), v, False)
         key_mask = insert_flags(seq.key_mask.to(ids.device), v, True) if seq.key_mask is not None else None
         bias = attention_bias(s.attention, slot, key_mask, inputs.dtype)
-        positions = torch.arange(t, device=ids.device).expand(b, t)
-        lm = self.language_model
-        with layer_masks(lm, bias):
-            out = lm.model(inputs_embeds=inputs, attention_mask=None, position_ids=positions, use_cache=False)
+        hidden = run_decoder(self.language_model, inputs, bias)
         index = slot_hidden_index(seq.prompt_len, seq.ids.shape[1], v, slots, b, ids.device)
-        return take_along(out.last_hidden_state, index)
+        return take_along(hidden, index)
 
     def actions_from_hidden(self, hidden: torch.Tensor, action_head: Any = None) -> np.ndarray:
         """(B, S, D) slot hidden states -> (B, chunk, action_dim) normalised actions on the host (one copy)."""

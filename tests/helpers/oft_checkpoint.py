@@ -64,8 +64,21 @@ def import_action_heads() -> types.ModuleType:
     return import_openvla_oft("prismatic.models.action_heads")
 
 
+def sharpen_(vla: nn.Module, n_action_bins: int = 256) -> None:
+    """Make positions and action tokens matter in a random-weight OFT model (in place): q / k scaled 6x
+    (:func:`helpers.positions.sharpen_attention`) and the action tokens' rows of the LM head 3x, so that the discrete
+    variant's argmax falls on different action tokens from slot to slot (unsharpened it picks one token for all)."""
+    from helpers.positions import sharpen_attention
+
+    sharpen_attention(vla.language_model)
+    vocab = vla.config.text_config.vocab_size - vla.config.pad_to_multiple_of
+    with torch.no_grad():
+        vla.language_model.lm_head.weight[vocab - n_action_bins : vocab] *= 3.0
+
+
 def oft_reference(seed: int = 1234) -> dict[str, Any]:
-    """OFT's VLA, L1 head and proprio projector with deterministic weights; skips off the pins."""
+    """OFT's VLA (sharpened, :func:`sharpen_`), L1 head and proprio projector with deterministic weights; skips off
+    the pins."""
     require_remote_code_stack()
     modeling = import_openvla_oft("prismatic.extern.hf.modeling_prismatic")
     configuration = import_openvla_oft("prismatic.extern.hf.configuration_prismatic")
@@ -78,6 +91,7 @@ def oft_reference(seed: int = 1234) -> dict[str, Any]:
     with tiny_timm_towers():
         vla = modeling.OpenVLAForActionPrediction(config)
     fill_deterministic_(vla.eval(), seed)
+    sharpen_(vla)
     llm_dim = vla.llm_dim
     head = heads.L1RegressionActionHead(input_dim=llm_dim, hidden_dim=llm_dim, action_dim=constants.ACTION_DIM)
     proprio = projectors.ProprioProjector(llm_dim=llm_dim, proprio_dim=constants.PROPRIO_DIM)
