@@ -324,7 +324,7 @@ def test_plot_and_table_mark_noisy_rows(run):
     assert rows[4].rstrip().endswith(NOISY_MARK) and not rows[3].rstrip().endswith(NOISY_MARK)
 
 
-@pytest.mark.parametrize("name", ["benchmark_token_reduction", "build_settings", "format_table", "plot_results",
+@pytest.mark.parametrize("name", ["benchmark_token_reduction", "format_table", "plot_results",
                                   "write_csv", "write_json"])
 def test_bench_lazy_exports_resolve(name: str) -> None:
     """prismatic_tr.bench's lazy names come from the control-step benchmark's room, bench/vla."""

@@ -5,7 +5,8 @@
 * :mod:`prismatic_tr.bench.vit`: the timm ViT speed harness (one speed test, input-size x batch-size sweeps,
   the break-even policy).
 * :mod:`prismatic_tr.bench.vla`: the OpenVLA control-step benchmark (settings, the step and its phases,
-  untimed measurements, reports, exact savings, compiled blocks).
+  untimed measurements, reports, exact savings, compiled blocks; the settings grammar is
+  :mod:`prismatic_tr.vla.spec`).
 
 Kept free of heavy imports: import the submodules you need, e.g.
 ``from prismatic_tr.bench.measure.timing import time_fn``.
@@ -14,7 +15,6 @@ Kept free of heavy imports: import the submodules you need, e.g.
 # Control-step benchmark (owner: policy), resolved lazily so that importing the package stays light.
 _LAZY_EXPORTS = {
     "benchmark_token_reduction": "prismatic_tr.bench.vla.benchmark",
-    "build_settings": "prismatic_tr.vla.spec",
     "format_table": "prismatic_tr.bench.vla.report",
     "plot_results": "prismatic_tr.bench.vla.report",
     "write_csv": "prismatic_tr.bench.vla.report",
