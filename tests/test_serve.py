@@ -40,6 +40,7 @@ from prismatic_tr.serve import (  # noqa: E402
 from prismatic_tr.serve.batcher import MicroBatcher, run_guarded  # noqa: E402
 from prismatic_tr.serve.errors import ModelError  # noqa: E402
 from prismatic_tr.serve.loadtest import BAD_KINDS, bad_body, observations  # noqa: E402
+from prismatic_tr.serve.report import markdown_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLODE = "explode"  # an instruction on which the test policy's model raises
@@ -162,6 +163,23 @@ def test_openvla_client_code_works_unchanged(server, policy) -> None:
     np.testing.assert_array_equal(got["encoded"], want)
 
 
+def readme_client() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Serve a policy"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
+
+
+def test_the_readme_client_gets_an_action(server) -> None:
+    url, _ = server
+    code = readme_client()
+    assert len(code.strip().splitlines()) == 5 and "http://127.0.0.1:8000" in code
+    code = code.replace("http://127.0.0.1:8000", url) + "\nprint(json_numpy.dumps(action))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    action = json_numpy.loads(out.stdout)
+    assert isinstance(action, np.ndarray) and action.shape == (7,)
+
+
 def test_health_and_info(server) -> None:
     url, _ = server
     assert requests.get(f"{url}/health", timeout=TIMEOUT).json() == {"status": "ok"}
@@ -224,6 +242,21 @@ def test_batcher_groups_by_unnorm_key_and_isolates_a_failing_request() -> None:
     assert isinstance(out[2], ModelError) and len(out[2].error_id) == 12
     assert [float(out[i][0]) for i in (0, 1, 3)] == [1.0, 2.0, 4.0]
     assert calls == [["a", EXPLODE, "dddd"], ["a"], [EXPLODE], ["dddd"], ["bb"]]
+
+
+def test_a_lone_request_never_waits_for_a_batch() -> None:
+    """With nobody else in play, a request goes to the model at once, however long max_wait_ms is."""
+
+    async def scenario() -> float:
+        batcher = MicroBatcher(lambda batch: [np.zeros(7) for _ in batch], ServeLimits(max_wait_ms=5000))
+        batcher.start()
+        start = time.perf_counter()
+        await asyncio.wait_for(batcher.submit(ActRequest((IMG,), "a", "k")), TIMEOUT)
+        elapsed = time.perf_counter() - start
+        await batcher.stop()
+        return elapsed
+
+    assert asyncio.run(scenario()) < 1.0
 
 
 def test_batcher_drops_requests_whose_client_left_before_their_batch() -> None:
@@ -309,6 +342,12 @@ def test_the_server_serves_on_after_every_bad_input(server) -> None:
     assert requests.get(f"{url}/act", timeout=TIMEOUT).status_code == 405  # wrong method: 4xx, never 200
 
 
+def test_an_oft_model_is_refused_at_load_not_served_wrongly() -> None:
+    pytest.importorskip("prismatic_tr.models.oft")
+    with pytest.raises(ValueError, match="OpenVLA-OFT"):
+        load_served_policy(preset="tiny-oft", dtype="float32", device="cpu")
+
+
 def test_load_tester_bad_requests_cover_known_classes() -> None:
     for kind in BAD_KINDS:
         assert bad_body(kind, IMG, 1000)
@@ -347,9 +386,9 @@ def test_a_client_that_disconnects_costs_no_model_call(server) -> None:
                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         wait_until(lambda: info(url)["queued"] == 1, what="the request to queue")
     slow.join(TIMEOUT)
-    wait_until(lambda: info(url)["in_flight"] == 0, what="the batcher to drain")
+    wait_until(lambda: (lambda i: i["in_flight"] == 0 and i["queued"] == 0)(info(url)), what="the batcher to drain")
     after = info(url)["stats"]
-    assert after["dropped"] == before["dropped"] + 1
+    assert after["dropped"] == before["dropped"] + 1, (before, after)
     assert after["requests"] == before["requests"] + 1  # the slow one only
     assert post(url, body).status_code == 200
 
@@ -430,10 +469,28 @@ def test_deploy_command_and_load_test_end_clean(tmp_path) -> None:
         assert load["actions_per_s"] > 0 and load["latency_ms"]["p50"] <= load["latency_ms"]["p99"]
         assert soak["bad_sent"] >= 3 and soak["bad_answered_4xx"] == soak["bad_sent"]
         assert soak["lost"] == soak["mismatched"] == 0 and soak["server_rss_mb"]["end"] > 0
+        table = markdown_table(reports)
+        assert table.startswith("| model | setting |") and "| tiny | `none` | float32 | 4 |" in table
+        assert f"{soak['bad_sent']} of {soak['bad_sent']} bad requests answered 4xx" in table
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) in EXITED_ON_SIGTERM
     finally:
         proc.kill()
+
+
+@pytest.mark.parametrize(("name", "first_line"), [
+    ("deploy", "Serve a policy with OpenVLA's deploy protocol"),
+    ("load_test", "Load-test a deploy server over real HTTP"),
+])
+def test_help_describes_the_program_and_lists_each_option_once(name, first_line, capsys) -> None:
+    import importlib
+
+    module = importlib.import_module(f"vla_scripts.{name}")
+    with pytest.raises(SystemExit) as exc:
+        module.parse_config(["--help"])
+    text = capsys.readouterr().out
+    options = [line.split()[0] for line in text.splitlines() if line.startswith("  --")]
+    assert exc.value.code == 0 and first_line in text and len(options) == len(set(options)) > 5
 
 
 def test_deploy_rejects_bad_flags_before_loading(capsys) -> None:

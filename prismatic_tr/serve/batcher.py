@@ -3,11 +3,12 @@
 Requests queue in the event loop; one task takes them in batches of at most ``max_batch`` and runs each batch in
 a single worker thread (the event loop keeps accepting and checking requests meanwhile). Once the model is free
 and a request is queued, the batcher waits at most ``max_wait_ms`` for more, and only while fewer are queued than
-were in the server when the previous batch ended (its requests plus those queued then: the clients in play). So a lone client's batches of
-one start at once, as a plain call would, and N clients that each await their answer are served N at a time. Requests whose client went away before
-their batch started are dropped. Within a batch, requests are grouped by ``unnorm_key`` (one model call per
-group); when a call raises, each of its requests is run again alone, so one bad request gets its own 500
-(:class:`ModelError`, logged with an id) and the others their answers.
+were in the server when the previous batch ended (its requests plus those queued then: the clients in play). So
+a lone client's batches of one start at once, as a plain call would, and N clients that each await their answer
+are served N at a time. Requests whose client went away before their batch started are dropped. Within a batch,
+requests are grouped by ``unnorm_key`` (one model call per group); when a call raises, each of its requests is
+run again alone, so one bad request gets its own 500 (:class:`ModelError`, logged with an id) and the others
+their answers.
 """
 
 from __future__ import annotations
@@ -141,13 +142,21 @@ class MicroBatcher:
         self._wake.set()
         return future
 
+    def _purge(self) -> None:
+        """Drop queued requests whose client went away (their future is cancelled)."""
+        live = [job for job in self._pending if not job.future.done()]
+        self.stats.dropped += len(self._pending) - len(live)
+        self._pending = collections.deque(live)
+
     async def _next_batch(self) -> list[Job]:
         """Wait for a request, then up to ``max_wait_ms`` while fewer are queued than were in play last time."""
+        self._purge()
         while not self._pending:
             if self._closing:
                 return []
             self._wake.clear()
             await self._wake.wait()
+            self._purge()
         target = min(self.limits.max_batch, self._in_play)
         deadline = time.monotonic() + self.limits.max_wait_ms / 1000
         while len(self._pending) < target and not self._closing:
@@ -159,6 +168,7 @@ class MicroBatcher:
                 await asyncio.wait_for(self._wake.wait(), left)
             except asyncio.TimeoutError:
                 break
+            self._purge()
         batch = [self._pending.popleft() for _ in range(min(self.limits.max_batch, len(self._pending)))]
         live = [job for job in batch if not job.future.done()]
         self.stats.dropped += len(batch) - len(live)

@@ -4,6 +4,7 @@ any model is built, and the two programs' bodies.
 No ``from __future__ import annotations`` here: draccus 0.8 (OpenVLA's pins) needs the field types as objects.
 """
 
+import datetime
 import json
 import logging
 import sys
@@ -23,7 +24,7 @@ class DeployConfig:
     adapter: str | None = None              # LoRA adapter merged in first (shipped name or directory), with its setting
     preset: str | None = None               # serve a random-weight preset instead (tiny, policy, cpu-bench): load tests
     setting: str = "own"                    # reduction spec (vision:diverse:0.1@0.25, ...), none, or own (the model's)
-    dtype: str = "auto"                     # auto (bfloat16 on GPU / CPUs with bf16 hardware, else float32) | float32 | bfloat16 | float16
+    dtype: str = "auto"                     # auto (bf16 on GPU / CPUs with bf16 hardware, else float32) | float32 | ...
     device: str = "auto"                    # auto | cpu | cuda | cuda:N
     host: str = "127.0.0.1"                 # 0.0.0.0 to serve other machines (OpenVLA's default)
     port: int = 8000                        # OpenVLA's default port
@@ -47,7 +48,8 @@ class DeployConfig:
         if isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 0:
             raise ValueError(f"--num_threads {self.num_threads!r} is not allowed; use an integer >= 0")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
-            raise ValueError(f"--log_level {self.log_level!r} is not allowed; use critical, error, warning, info, debug")
+            raise ValueError(f"--log_level {self.log_level!r} is not allowed; use critical, error, warning, info or "
+                             "debug")
         self._check_model()
 
     def _check_model(self) -> None:
@@ -79,8 +81,7 @@ def deploy(cfg: DeployConfig) -> None:
     """Load the policy, warm it up, serve until SIGTERM / SIGINT (requests in flight are answered first)."""
     import torch
 
-    from .app import run_server
-    from .policy import load_served_policy
+    from prismatic_tr.serve import load_served_policy, run_server  # ImportError naming the serve extra
 
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if cfg.num_threads:
@@ -101,10 +102,10 @@ class LoadTestCommand:
     clients: int = 4                        # concurrent clients, each waiting for its answer before the next request
     requests: int = 200                     # requests in all (the run also stops after --duration_s)
     duration_s: float = 60.0                # seconds of load at most
-    distinct: int = 32                      # distinct observations (tabletop frames), each checked against its answer alone
+    distinct: int = 32                      # distinct tabletop frames, each checked against its answer alone
     timeout_s: float = 120.0                # per request
     atol: float = 1e-6                      # an answer differing from its reference by more is "mismatched"
-    soak: bool = False                      # soak: 120 s (or --duration_s), a bad request every --bad_every, no request cap
+    soak: bool = False                      # 120 s (or --duration_s), a bad request every --bad_every, no request cap
     bad_every: int = 50                     # with --soak: every K-th request is malformed and must get a 4xx
     unnorm_key: str | None = None           # sent with every request (default: none, the model's only key)
     output: str | None = None               # write the report as JSON here too
@@ -127,9 +128,11 @@ class LoadTestCommand:
 def load_test(cfg: LoadTestCommand, argv: list[str]) -> int:
     """Run the load test, print the report (and write ``--output``); status 1 when anything was lost,
     mismatched, answered wrongly, or a bad request was not refused with a 4xx."""
-    from .loadtest import run_load_test
+    from prismatic_tr.serve.loadtest import run_load_test
 
     report = run_load_test(cfg.to_config(argv))
+    report["command"] = " ".join(["python", "vla_scripts/load_test.py", *argv])
+    report["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     text = json.dumps(report, indent=2)
     print(text)
     if cfg.output:

@@ -11,10 +11,11 @@ from typing import Any
 class ServeLimits:
     """Batching and request limits of :func:`prismatic_tr.serve.create_app`.
 
-    max_batch: requests stacked into one ``predict_action`` at most. max_wait_ms: how long the batcher, once the model is
-    free, waits for more requests, only while fewer are queued than were in play when the last batch ended, so a
-    lone client (batches of one) never waits. max_body_bytes: larger bodies get 413. Images are uint8 (H, W, 3) with
-    both sides in [min_image_side, max_image_side]; instructions hold 1 to max_instruction_chars characters.
+    max_batch: requests stacked into one ``predict_action`` at most. max_wait_ms: how long the batcher, once
+    the model is free, waits for more requests, only while fewer are queued than were in play when the last batch
+    ended, so a lone client (batches of one) never waits. max_body_bytes: larger bodies get 413. Images are uint8
+    (H, W, 3) with both sides in [min_image_side, max_image_side]; instructions hold 1 to max_instruction_chars
+    characters.
     """
 
     max_batch: int = 16

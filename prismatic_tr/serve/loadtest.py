@@ -28,6 +28,7 @@ import numpy as np
 BAD_KINDS = ("not_json", "float_image", "grey_image", "tiny_image", "no_instruction", "extra_field",
              "unknown_unnorm_key", "two_images", "oversized")
 JSON_HEADERS = {"Content-Type": "application/json"}
+SERVER_KEYS = ("model", "setting", "cut", "dtype", "dtype_reason", "device", "visual_tokens", "limits", "pid")
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ def summarize(cfg: LoadTestConfig, tally: Tally, wall_s: float, refs: list[np.nd
         "server_rss_mb": {"server_start": _mb(after.get("rss_bytes_at_start")), "start": _mb(before.get("rss_bytes")),
                           "end": _mb(after.get("rss_bytes"))},
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "server": {k: after.get(k) for k in SERVER_KEYS},
     }
 
 

@@ -128,5 +128,11 @@ def load_served_policy(vla_path: str | None = None, adapter: str | None = None, 
 
         parse_setting(setting)  # fail before loading
     vla, processor, name = _load_model(vla_path, adapter, preset, torch_dtype, dev)
+    if type(vla).__name__ == "NativeOpenVLAOFT":
+        raise ValueError(f"{name} is an OpenVLA-OFT model; serving its several images, proprio and action chunks is "
+                         "not built yet (deploy.py serves OpenVLA models)")
+    if not getattr(vla, "norm_stats", None):
+        raise ValueError(f"{name} has no action statistics (norm_stats; OpenVLA reads them from "
+                         "dataset_statistics.json): actions cannot be un-normalised")
     label = apply_setting(vla, setting)
     return ServedPolicy(vla, processor, name, label, dev, {"dtype_reason": why})
