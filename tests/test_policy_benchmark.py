@@ -94,7 +94,8 @@ def test_record_fields_exist_and_are_finite(run):
             assert math.isfinite(rec[key]) and rec[key] >= 0
         for phase in (*PHASES, "total"):
             assert rec[f"{phase}_ms_p10"] <= rec[f"{phase}_ms"] <= rec[f"{phase}_ms_p90"]
-        assert rec["peak_memory_mb"] is None  # no per-step allocator peak on the CPU
+        # on the CPU: the process RSS high-water mark over one step, or None where it cannot be reset
+        assert rec["peak_memory_mb"] is None or rec["peak_memory_mb"] > 0
         assert isinstance(rec["noise_flag"], bool) and (rec["noise_reason"] != "") == rec["noise_flag"]
         assert rec["vision_vs_baseline"] == pytest.approx(rec["vision_ms"] / run[0][0]["vision_ms"])
 

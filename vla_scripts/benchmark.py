@@ -26,6 +26,13 @@ overrides the profile's value.
     python vla_scripts/benchmark.py --full true
     python vla_scripts/benchmark.py --preset tiny --num_runs 3 --policy_episodes 0
     python vla_scripts/benchmark.py --methods topk_magnitude random --ratios 0.5 --vla_path /path/to/ckpt
+    python vla_scripts/benchmark.py --preset cpu-bench-oft --methods "[]" --settings "[vision:diverse:0.1@0.25]"
+
+``--preset cpu-bench-oft`` (or ``tiny-oft``, or an OpenVLA-OFT checkpoint at ``--vla_path``) times OpenVLA-OFT: two
+224 px images and a proprio state per step (sizes from the model's config), one parallel pass for a chunk of 8 x 7
+actions, the L1 head; phases vision, reducer, projector (+ proprio), llm (the one pass), head. Settings at the llm
+site are skipped with a note (the site is refused on OFT today); there are no policy success columns, as there is no
+OpenVLA-OFT policy yet (the output says so).
 
 With ``--vla_path`` the rows describe that checkpoint only: the bundled policy's success is added only when the
 checkpoint is the bundled policy itself (measure your own model's success with ``eval_offline.py``).

@@ -98,7 +98,12 @@ class NativeOpenVLAOFT(NativeOpenVLA):
                           proprio_projector: nn.Module | None = None) -> torch.Tensor:
         """(B, n * C, H, W) images and optional (B, proprio_dim) state -> (B, n * K (+ 1), llm_dim): the projected
         visual tokens, then the proprio token."""
-        visual = self.embed_images(pixel_values)
+        return self.append_proprio(self.embed_images(pixel_values), proprio, proprio_projector)
+
+    def append_proprio(self, visual: torch.Tensor, proprio: Any = None,
+                       proprio_projector: nn.Module | None = None) -> torch.Tensor:
+        """(B, V, llm_dim) projected visual tokens -> (B, V + 1, llm_dim) with the proprio token after them, or
+        ``visual`` itself when ``proprio`` is None."""
         if proprio is None:
             return visual
         projector = proprio_projector if proprio_projector is not None else self.proprio_projector

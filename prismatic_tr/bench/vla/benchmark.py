@@ -1,11 +1,13 @@
 """Policy-step benchmark: latency per phase, speedup against its Amdahl bound, MACs, memory and fidelity
-of one OpenVLA control step, unreduced and with each token-reduction setting.
+of one OpenVLA (or OpenVLA-OFT) control step, unreduced and with each token-reduction setting.
 
 >>> records = benchmark_token_reduction(vla, processor(prompt, image, return_tensors="pt"),
 ...                                     methods=["topk_magnitude", "spatial_pool"], ratios=[0.5])
 >>> records[1]["speedup"], records[1]["ideal_speedup"], records[1]["action_token_agreement"]
 
-Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one step is):
+Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one OpenVLA step is; a native OpenVLA-OFT
+model, :class:`~prismatic_tr.models.NativeOpenVLAOFT`, is timed as :mod:`prismatic_tr.bench.vla.oft_step` splits
+its step: vision, reducer, projector, llm (the one parallel pass), head; ``model_kind`` says which):
 
 * Timing: every setting runs ``warmup`` untimed steps, then ``num_runs`` timed rounds in which all
   settings run once each, the baseline among them, in alternating order (A B C, C B A, ...) so that drift
@@ -21,23 +23,31 @@ Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one step 
   length), vision and decode unchanged (decode attends over a cache shorter by N - K entries; treated as
   zero, though on the cpu-bench preset decode measured 10-16% faster at K = 128 / 64 in the topk_magnitude
   rows of ``benchmarks/results/policy/results.json``, so the bound is conservative), and the reducer free.
-  ``efficiency`` = speedup / ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone.
+  ``efficiency`` = speedup / ideal_speedup; ``prefill_efficiency`` likewise for the prefill alone. On OFT the
+  one pass takes the prefill's part (``llm_speedup``, ``llm_ideal_speedup``, ``llm_efficiency``; T counts BOS,
+  proprio, prompt, action slots and stop), the head the decode's, and the projector phase holds the proprio
+  projector too (one token, scaled with the visual ones in the bound).
 * MACs per phase (:func:`prismatic_tr.bench.measure.flops.count_macs`: matmul-like ops, one multiply-add
   = 1 MAC), reported in GMACs per step (the whole batch).
 * Noise: ``vision_vs_baseline``, ``total_spread`` (p90 / p10 of the total) and ``noise_flag`` /
   ``noise_reason`` per row, by the rule of :mod:`prismatic_tr.bench.measure.noise` (the vision phase does the
   same work in every row, so it gauges the machine).
-* ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU there
-  is no per-step allocator peak, so it is None.
+* ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU the
+  process's resident-set high-water mark over one step, reset before it (``measure.rss_peak_mb``; None where
+  the kernel cannot reset it); ``peak_memory_source`` says which, ``step_memory_mb`` what the step added.
 * Fidelity against the unreduced model on the same inputs, through the model's own ``generate`` and
   ``predict_action``: ``action_token_agreement`` (fraction of the B x A greedy action tokens equal),
   ``action_mae`` (mean |delta| of the un-normalised actions), ``first_token_kl`` (KL(base || reduced) of
-  the first action token's distribution, nats).
+  the first action token's distribution, nats). OFT has no action tokens: ``action_mae``, ``action_max_abs``
+  over the chunk, and ``step_action_max_diff`` (the timed step against ``predict_action``).
+* Settings at a site that OFT refuses (the llm site) are skipped with a warning (``oft_step.OFT_UNSUPPORTED_SITES``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,7 +55,6 @@ from torch import nn
 from prismatic_tr.bench.measure.noise import add_noise_fields
 from prismatic_tr.bench.measure.timing import Timer, summarize
 from prismatic_tr.bench.vla.measure import (
-    ModelAnswer,
     check_device,
     fidelity,
     model_answer,
@@ -56,8 +65,9 @@ from prismatic_tr.bench.vla.measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.vla.phases import PHASES
-from prismatic_tr.bench.vla.step import PolicyStep, StepInputs, prepare_inputs, timed_call
+from prismatic_tr.bench.vla.oft_step import OFTStep, is_oft, oft_skip_reason
+from prismatic_tr.bench.vla.phases import OPENVLA_STEP, StepPhases
+from prismatic_tr.bench.vla.step import PolicyStep, StepBase, StepInputs, prepare_inputs, timed_call
 from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
 from prismatic_tr.vla.spec import (
     BASELINE,
@@ -69,7 +79,7 @@ from prismatic_tr.vla.spec import (
 
 
 def _timed_rounds(
-    vla: nn.Module, step: PolicyStep, settings: list[Setting], num_runs: int,
+    vla: nn.Module, step: StepBase, settings: list[Setting], num_runs: int,
     warmup: int, device: torch.device, progress: bool, seed: int, unnorm_key: str,
     on_progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
@@ -106,9 +116,9 @@ def _timed_rounds(
     return [t.results() for t in timers], [t.results()["predict_action"] for t in e2e]
 
 
-def _timing_fields(samples: dict[str, list[float]]) -> dict[str, float]:
+def _timing_fields(samples: dict[str, list[float]], phases: StepPhases) -> dict[str, float]:
     out: dict[str, float] = {}
-    for name in (*PHASES, "total"):
+    for name in (*phases.names, "total"):
         stats = summarize(samples[name])
         out[f"{name}_ms"] = stats["median"]
         out[f"{name}_ms_p10"] = stats["p10"]
@@ -116,36 +126,64 @@ def _timing_fields(samples: dict[str, list[float]]) -> dict[str, float]:
     return out
 
 
-def add_speedup_fields(records: list[dict], text_tokens: int) -> None:
-    """Fill ``speedup``, ``prefill_speedup``, ``prefill_ideal_speedup``, ``prefill_efficiency``,
-    ``ideal_speedup``, ``efficiency`` and ``reducer_pct_of_vision`` of every record in place, against the
-    baseline ``records[0]`` (which needs the ``{phase}_ms`` medians, ``total_ms`` and ``num_patches``).
+def add_speedup_fields(records: list[dict], text_tokens: int, phases: StepPhases = OPENVLA_STEP) -> None:
+    """Fill ``speedup``, ``{seq}_speedup``, ``{seq}_ideal_speedup``, ``{seq}_efficiency`` (seq: ``prefill`` on
+    OpenVLA, ``llm`` on OFT, ``phases.sequence``), ``ideal_speedup``, ``efficiency`` and ``reducer_pct_of_vision``
+    of every record in place, against the baseline ``records[0]`` (which needs the ``{phase}_ms`` medians,
+    ``total_ms`` and ``num_patches``).
 
-    Ideal (Amdahl) total for K visual tokens out of N, T text tokens, baseline medians V, P, F, D:
-    ``V + P * K / N + F * (T + K) / (T + N) + D`` (reducer free); ``ideal_speedup`` = (V + P + F + D) / that.
-    The bound models the projector site only; rows of other sites get None for the ideal fields.
+    Ideal (Amdahl) total for K visual tokens out of N, T text tokens, baseline medians V, P, F, D (vision,
+    projector, prefill or the one pass, decode or head): ``V + P * K / N + F * (T + K) / (T + N) + D`` (reducer
+    free); ``ideal_speedup`` = (V + P + F + D) / that. The bound models the projector site only; rows of other
+    sites get None for the ideal fields.
     """
-    base = records[0]
+    base, seq = records[0], phases.sequence
     n_in = base["num_patches"]
-    base_sum = base["vision_ms"] + base["projector_ms"] + base["prefill_ms"] + base["decode_ms"]
+    unchanged = sum(base[f"{p}_ms"] for p in phases.unchanged)
+    base_sum = unchanged + base["projector_ms"] + base[f"{seq}_ms"]
     for rec in records:
         k = rec["num_patches"]
-        prefill_ideal = (text_tokens + n_in) / (text_tokens + k)
-        ideal_total = (base["vision_ms"] + base["projector_ms"] * k / n_in + base["prefill_ms"] / prefill_ideal
-                       + base["decode_ms"])
+        seq_ideal = (text_tokens + n_in) / (text_tokens + k)
+        ideal_total = unchanged + base["projector_ms"] * k / n_in + base[f"{seq}_ms"] / seq_ideal
         rec["speedup"] = base["total_ms"] / rec["total_ms"]
-        rec["prefill_speedup"] = base["prefill_ms"] / rec["prefill_ms"]
+        rec[f"{seq}_speedup"] = base[f"{seq}_ms"] / rec[f"{seq}_ms"]
         rec["reducer_pct_of_vision"] = 100.0 * rec["reducer_ms"] / rec["vision_ms"]
         if rec.get("site", "projector") not in ("projector", BASELINE):
-            rec.update(prefill_ideal_speedup=None, prefill_efficiency=None, ideal_speedup=None, efficiency=None)
+            rec.update({f"{seq}_ideal_speedup": None, f"{seq}_efficiency": None, "ideal_speedup": None,
+                        "efficiency": None})
             continue
-        rec["prefill_ideal_speedup"] = prefill_ideal
-        rec["prefill_efficiency"] = rec["prefill_speedup"] / prefill_ideal
+        rec[f"{seq}_ideal_speedup"] = seq_ideal
+        rec[f"{seq}_efficiency"] = rec[f"{seq}_speedup"] / seq_ideal
         rec["ideal_speedup"] = base_sum / ideal_total
         rec["efficiency"] = rec["speedup"] / rec["ideal_speedup"]
 
 
-def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, base: ModelAnswer, unnorm_key: str) -> dict:
+def _make_step(vla: nn.Module, inputs: StepInputs, num_action_tokens: int) -> StepBase:
+    """OFT's phases for a native OpenVLA-OFT model, else OpenVLA's (``PolicyStep``, looked up at call time)."""
+    return OFTStep(vla, inputs) if is_oft(vla) else PolicyStep(vla, inputs, num_action_tokens)
+
+
+def _answer(vla: nn.Module, step: StepBase, unnorm_key: str) -> Any:
+    """The model's own answer on the step's inputs (OFT: its actions; OpenVLA: tokens, logits and actions)."""
+    return step.answer(unnorm_key) if isinstance(step, OFTStep) else model_answer(vla, step, unnorm_key)
+
+
+def _fidelity(step: StepBase, base: Any, answer: Any, out: Any, unnorm_key: str) -> dict:
+    if isinstance(step, OFTStep):
+        return step.fidelity(base, answer, out, unnorm_key)
+    return fidelity(base, answer, out.tokens)
+
+
+def supported_settings(vla: nn.Module, settings: list[Setting]) -> tuple[list[Setting], dict[str, str]]:
+    """(the settings ``vla`` can run, {label: why not} for the others): on OFT a setting with a part at a site
+    that OFT refuses is skipped (:data:`~prismatic_tr.bench.vla.oft_step.OFT_UNSUPPORTED_SITES`)."""
+    if not is_oft(vla):
+        return settings, {}
+    skipped = {s.label: reason for s in settings if (reason := oft_skip_reason(s)) is not None}
+    return [s for s in settings if s.label not in skipped], skipped
+
+
+def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnorm_key: str) -> dict:
     """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs, memory, fidelity."""
     reseed(vla)
     out, macs = phase_macs(step)
@@ -160,11 +198,11 @@ def _setting_record(vla: nn.Module, step: PolicyStep, s: Setting, base: ModelAns
         "llm_visual_tokens": out.llm_visual_tokens, "tokens_kept": out.llm_visual_tokens / n_in,
         "seq_len": out.seq_len,
         "batch_size": out.shapes["pixel_values_shape"][0], "vision_reduced": any(p.site == "vision" for p in s.parts),
-        **out.shapes, **macs,
+        "model_kind": "openvla-oft" if isinstance(step, OFTStep) else "openvla", **out.shapes, **macs,
     }
     rec.update(step_peak_memory_mb(step))
-    answer = base if s.is_baseline else model_answer(vla, step, unnorm_key)
-    rec.update(fidelity(base, answer, out.tokens))
+    answer = base if s.is_baseline else _answer(vla, step, unnorm_key)
+    rec.update(_fidelity(step, base, answer, out, unnorm_key))
     return rec
 
 
@@ -187,10 +225,11 @@ def benchmark_token_reduction(
     """Benchmark one control step of ``vla`` unreduced and under each reduction setting.
 
     Args:
-        vla: OpenVLA-style model (reference, HF remote code or wrapped); left exactly as it was found
-            (any reduction already attached is detached for the run and put back after).
+        vla: OpenVLA-style model (reference, HF remote code or wrapped) or a native OpenVLA-OFT model; left
+            exactly as it was found (any reduction already attached is detached for the run and put back after).
         sample_inputs: processor outputs: ``input_ids`` (B, L), ``attention_mask`` (B, L),
-            ``pixel_values`` (B, C, H, W).
+            ``pixel_values`` (B, C, H, W; OFT: (B, n * C, H, W) for its n images) and, for OFT with a proprio
+            projector, ``proprio`` (B, proprio_dim) normalised state.
         methods, ratios, spatial_merge_size: projector-site settings, see :func:`build_settings`.
         extra_settings: further settings (specs such as ``"vision:attention:0.25@0.3"`` or ``"llm:attention:0.5@0.25"``,
             combinations joined with ``+``; see :mod:`prismatic_tr.vla.spec`).
@@ -198,7 +237,7 @@ def benchmark_token_reduction(
         device: where the model lives (default: its parameters' device); must match the model.
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).
         num_action_tokens: action tokens decoded per step (default: the model's ``get_action_dim``, 7).
-        seed: seed of the ``random`` strategy.
+        seed: seed of the ``random`` strategy. Settings OFT cannot run (llm site) are skipped with a warning.
         on_progress: called with ``"record"`` after each setting's untimed measurements and ``"round"`` after each
             setting's warm-up or timed round (a caller's progress bar; the built-in one is then off).
 
@@ -213,6 +252,9 @@ def benchmark_token_reduction(
                                   + [x if isinstance(x, Setting) else parse_setting(x) for x in extra_settings]))
     dev = check_device(vla, device)
     unnorm_key = pick_unnorm_key(vla, unnorm_key)
+    settings, skipped = supported_settings(vla, settings)
+    for label, reason in skipped.items():
+        warnings.warn(f"setting {label} skipped: {reason}", stacklevel=2)
     if num_action_tokens is None:
         get_dim = getattr(unwrap_vla(vla), "get_action_dim", None)
         num_action_tokens = int(get_dim(unnorm_key)) if callable(get_dim) else 7
@@ -229,8 +271,8 @@ def benchmark_token_reduction(
 def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch.device, num_runs: int,
          warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int,
          on_progress: Callable[[str], None] | None = None) -> list[dict]:
-    step = PolicyStep(vla, inputs, num_action_tokens)
-    base = model_answer(vla, step, unnorm_key)
+    step = _make_step(vla, inputs, num_action_tokens)
+    base = _answer(vla, step, unnorm_key)
     records: list[dict] = []
     for s in settings:
         with reductions_attached(vla, s.reductions(seed)):
@@ -240,7 +282,7 @@ def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch
     samples, e2e = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key,
                                  on_progress)
     for rec, smp, pa in zip(records, samples, e2e, strict=True):
-        rec.update(_timing_fields(smp))
+        rec.update(_timing_fields(smp, step.phases))
         stats = summarize(pa)
         rec.update(predict_action_ms=stats["median"], predict_action_ms_p10=stats["p10"],
                    predict_action_ms_p90=stats["p90"], overhead_ms=stats["median"] - rec["total_ms"])
@@ -248,6 +290,6 @@ def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch
                    dtype=str(inputs.pixel_values.dtype).replace("torch.", ""))
     for rec in records:
         rec["predict_action_speedup"] = records[0]["predict_action_ms"] / rec["predict_action_ms"]
-    add_speedup_fields(records, text_tokens=records[0]["seq_len"] - records[0]["num_patches"])
+    add_speedup_fields(records, records[0]["seq_len"] - records[0]["num_patches"], step.phases)
     add_noise_fields(records)
     return records

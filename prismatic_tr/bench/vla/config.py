@@ -67,7 +67,7 @@ def compact_twins(methods: list[str], ratios: list[float], specs: list[str]) -> 
 class BenchmarkConfig:
     # fmt: off
     full: bool = False                         # the full sweep (module docstring) instead of the main job's few settings
-    preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b (default: cpu-bench on CPU, openvla-7b on GPU)
+    preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b | tiny-oft | cpu-bench-oft (OpenVLA-OFT: 2 images, proprio, one pass; default: cpu-bench on CPU, openvla-7b on GPU)
     vision_backbone_id: str = "dinosiglip-vit-so-224px"  # dinosiglip-vit-so-224px | siglip-vit-so400m
     vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
     methods: list[str] | None = None           # projector-site methods x --ratios (default: the profile's; main: none)
@@ -158,6 +158,7 @@ class BenchmarkConfig:
             SYNTHETIC_NORM_STATS,
             VISION_BACKBONE_IDS,
         )
+        from prismatic_tr.models.oft_config import OFT_PRESETS
 
         if self.vla_path is not None:
             if self.preset is not None:
@@ -172,8 +173,9 @@ class BenchmarkConfig:
             except json.JSONDecodeError as err:
                 raise ValueError(f"--vla_path {self.vla_path!r}: config.json is not valid JSON ({err})") from None
             return {**config, "source": f"the checkpoint {self.vla_path}"}
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
+        presets = sorted([*PRESETS, *OFT_PRESETS])
+        if self.preset is not None and self.preset not in presets:
+            raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {presets}")
         if self.vision_backbone_id not in VISION_BACKBONE_IDS:
             raise ValueError(f"--vision_backbone_id {self.vision_backbone_id!r} is not allowed; choose one of "
                              f"{sorted(VISION_BACKBONE_IDS)}")

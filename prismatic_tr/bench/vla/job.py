@@ -43,19 +43,44 @@ def load_model(cfg: BenchmarkConfig, device: torch.device, dtype: torch.dtype) -
     return vla, build_processor(vla.config), f"reference model, preset {preset}, RANDOM weights"
 
 
-def sample_inputs(processor: Any, instruction: str, batch_size: int, image_size: int, seed: int) -> dict:
-    """Processor outputs for ``batch_size`` synthetic RGB images (fixed seed) and one instruction."""
+def sample_inputs(processor: Any, instruction: str, batch_size: int, image_size: int, seed: int,
+                  num_images: int = 1, proprio_dim: int | None = None) -> dict:
+    """Processor outputs for ``batch_size`` x ``num_images`` synthetic RGB images (fixed seed) and one instruction.
+
+    ``num_images`` > 1 (OpenVLA-OFT): each image processed on its own and the pixel values concatenated along the
+    channels, as OFT's evaluation does: (B, num_images * C, H, W). ``proprio_dim``: a ``proprio`` (B, proprio_dim)
+    float32 state drawn uniformly from [-1, 1] (OFT's normalised range) is added.
+    """
     from PIL import Image
 
     from prismatic_tr.models import build_prompt
 
     rng = np.random.default_rng(seed)
-    images = [Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8))
-              for _ in range(batch_size)]
     prompt = build_prompt(instruction)
-    if batch_size == 1:
-        return dict(processor(prompt, images[0], return_tensors="pt"))
-    return dict(processor([prompt] * batch_size, images, return_tensors="pt"))
+    outputs = []
+    for _ in range(num_images):
+        images = [Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8))
+                  for _ in range(batch_size)]
+        outputs.append(dict(processor(prompt, images[0], return_tensors="pt") if batch_size == 1
+                            else processor([prompt] * batch_size, images, return_tensors="pt")))
+    inputs = outputs[0]
+    if num_images > 1:
+        inputs["pixel_values"] = torch.cat([o["pixel_values"] for o in outputs], dim=1)
+    if proprio_dim is not None:
+        inputs["proprio"] = torch.from_numpy(rng.uniform(-1.0, 1.0, (batch_size, proprio_dim)).astype(np.float32))
+    return inputs
+
+
+def model_input_sizes(vla: Any) -> tuple[int, int | None]:
+    """(images per sample, proprio size or None) that ``vla`` takes: an OpenVLA-OFT model's from its backbone's
+    live image count and its config's ``proprio_dim``; (1, None) for OpenVLA."""
+    from prismatic_tr.vla import unwrap_vla
+
+    model = unwrap_vla(vla)
+    settings = getattr(getattr(model, "config", None), "oft_settings", None)
+    if settings is None:
+        return 1, None
+    return int(model.vision_backbone.get_num_images_in_input()), settings.proprio_dim
 
 
 def load_average() -> list[float] | None:
@@ -89,9 +114,12 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
         "conventions": {
             "latency": "median over timed runs (p10/p90 alongside), ms; baseline and settings interleaved",
             "macs": "GMACs per step for the whole batch: matmul-like ops, one multiply-add = 1 MAC",
-            "peak_memory_mb": "torch.cuda.max_memory_allocated over one step; None on a CPU",
+            "peak_memory_mb": "torch.cuda.max_memory_allocated over one step; on a CPU the process's resident-set "
+                              "high-water mark (VmHWM, reset through /proc/self/clear_refs) over one step, "
+                              "None where it cannot be reset (peak_memory_source says which)",
             "ideal_speedup": "Amdahl bound from baseline phases: projector x K/N, prefill x (T+K)/(T+N), "
-                             "vision and decode unchanged, reducer free",
+                             "vision and decode unchanged, reducer free (OpenVLA-OFT: the one llm pass in the "
+                             "prefill's place, the head in the decode's)",
             "fidelity": "against the unreduced model on the same inputs (generate / predict_action)",
             "noise_flag": NoiseRule().describe() + " (prismatic_tr.bench.measure.noise)",
             "load_average_at_start": "os.getloadavg() (1, 5, 15 min) when the command started",
@@ -122,10 +150,13 @@ def write_outputs(records: list[dict], meta: dict[str, Any], output_dir: Path) -
 def headline(records: list[dict]) -> str:
     """Per setting: the end-to-end speedup, the phase sum against its Amdahl bound and the reducer's share of the
     vision time, and the policy's success (test, and validation where measured)."""
+    from prismatic_tr.bench.vla.phases import step_phases
+
     lines = []
     for r in records[1:]:
+        seq = step_phases(r).sequence  # prefill (OpenVLA) or llm (OFT's one pass)
         bound = (f" (phase sum {r['speedup']:.3f} of ideal {r['ideal_speedup']:.3f}, efficiency "
-                 f"{r['efficiency']:.2f}; prefill {r['prefill_speedup']:.3f} of {r['prefill_ideal_speedup']:.3f}; "
+                 f"{r['efficiency']:.2f}; {seq} {r[f'{seq}_speedup']:.3f} of {r[f'{seq}_ideal_speedup']:.3f}; "
                  f"reducer {r['reducer_pct_of_vision']:.2f}% of vision)") if r.get("ideal_speedup") is not None else \
             f" (phase sum {r['speedup']:.3f})"
         if r.get("adapter"):
@@ -142,12 +173,12 @@ def headline(records: list[dict]) -> str:
 SECONDS_PER = {"record": 10.0, "round": 2.5, "episode": 0.5}
 
 
-def job_progress(cfg: BenchmarkConfig, settings: int) -> Any:
+def job_progress(cfg: BenchmarkConfig, settings: int, oft: bool = False) -> Any:
     """One bar over the timing of every setting and the policy's episodes (see JobProgress)."""
     from prismatic_tr.bench.measure.progress import JobProgress
 
     episodes = 0
-    if policy_success_applies(cfg.vla_path, cfg.policy_episodes) is None:
+    if policy_success_applies(cfg.vla_path, cfg.policy_episodes, oft) is None:
         per_row = cfg.policy_episodes + cfg.validation_episodes
         episodes = per_row * (settings + len(cfg.adapters))
     plan = {"record": (settings, SECONDS_PER["record"]),
@@ -156,12 +187,25 @@ def job_progress(cfg: BenchmarkConfig, settings: int) -> Any:
     return JobProgress(plan, desc="benchmark", enabled=cfg.progress)
 
 
-def count_settings(cfg: BenchmarkConfig) -> int:
-    """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats."""
+def count_settings(cfg: BenchmarkConfig, skipped: int = 0) -> int:
+    """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats, less
+    the ``skipped`` ones (:func:`skip_unsupported`)."""
     from prismatic_tr.vla.spec import build_settings, parse_setting
 
     grid = build_settings(cfg.methods, cfg.ratios, cfg.spatial_merge_size)
-    return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings]))
+    return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings])) - skipped
+
+
+def skip_unsupported(vla: Any, specs: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the specs ``vla`` can run, {label: why not} for the others: the llm site on OpenVLA-OFT), with a printed
+    note for each one skipped."""
+    from prismatic_tr.bench.vla.benchmark import supported_settings
+    from prismatic_tr.vla.spec import parse_setting
+
+    _, skipped = supported_settings(vla, [parse_setting(spec) for spec in specs])
+    for label, reason in skipped.items():
+        print(f"note: setting {label} skipped: {reason}")
+    return [spec for spec in specs if parse_setting(spec).label not in skipped], skipped
 
 
 def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = None) -> dict[str, Any]:
@@ -169,7 +213,7 @@ def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = N
     ``records``; returns the metadata fields saying what was done (or why not)."""
     from prismatic_tr.bench.vla.policy_rows import add_adapter_rows, add_test_success, add_validation_success
 
-    reason = policy_success_applies(cfg.vla_path, cfg.policy_episodes)
+    reason = policy_success_applies(cfg.vla_path, cfg.policy_episodes, is_oft_run(records))
     if reason is not None:
         return {"policy_fidelity": reason}
     on_episode = (lambda *_: progress.step("episode")) if progress else None
@@ -180,6 +224,11 @@ def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = N
     meta["adapters"] = add_adapter_rows(records, cfg.adapters, cfg.policy_split, cfg.policy_episodes,
                                         cfg.validation_episodes, on_episode)
     return meta
+
+
+def is_oft_run(records: list[dict]) -> bool:
+    """Whether the records timed an OpenVLA-OFT model (``model_kind``)."""
+    return bool(records) and records[0].get("model_kind") == "openvla-oft"
 
 
 def report_best(records: list[dict], meta: dict[str, Any]) -> None:
@@ -208,6 +257,7 @@ def _plot_tradeoff(records: list[dict], cfg: BenchmarkConfig, source: str) -> Pa
 def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str]:
     """Build the model, time every setting; (records, meta, progress, source)."""
     from prismatic_tr.bench.vla.benchmark import benchmark_token_reduction
+    from prismatic_tr.bench.vla.oft_step import is_oft
 
     load_at_start = load_average()
     if cfg.num_threads > 0:
@@ -221,17 +271,20 @@ def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str
         compile_blocks(vla)  # for the rest of this process; the warm-up rounds compile each setting
         source += " (blocks compiled)"
     image_size = int(getattr(getattr(vla, "config", None), "image_sizes", [224])[0])
-    inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed)
+    num_images, proprio_dim = model_input_sizes(vla)
+    inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed, num_images, proprio_dim)
+    specs, skipped = skip_unsupported(vla, cfg.settings)
     meta = run_metadata(cfg, source, device, dtype, load_at_start, why)
+    meta["skipped_settings"] = skipped
     print(f"model: {source} | device {device} | dtype {meta['dtype']} ({why}) | batch {cfg.batch_size}")
     if meta["random_weights"]:
         print("NOTE: the weights are RANDOM. Latencies are real; fidelity numbers (agreement, action error, KL) "
               "only show that the machinery works. Pass --vla_path for a trained checkpoint.")
-    progress = job_progress(cfg, count_settings(cfg))
+    progress = job_progress(cfg, count_settings(cfg, len(skipped)), oft=is_oft(vla))
     records = benchmark_token_reduction(
         vla, inputs, methods=cfg.methods, ratios=cfg.ratios, spatial_merge_size=cfg.spatial_merge_size,
         num_runs=cfg.num_runs, warmup=cfg.warmup, progress=cfg.progress, unnorm_key=cfg.unnorm_key, seed=cfg.seed,
-        extra_settings=cfg.settings, on_progress=progress.step,
+        extra_settings=specs, on_progress=progress.step,
     )
     for rec in records:
         rec["dtype_reason"] = why
@@ -250,7 +303,11 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
     progress.close()
     print(format_table(records))
     print("latencies: medians in ms; e2e x = the whole predict_action against unreduced (interleaved); phases x = "
-          "phase sum; ideal = Amdahl bound; MACs per step; peak MB only on CUDA")
+          "phase sum; ideal = Amdahl bound; MACs per step; peak MB: CUDA max allocated, on a CPU the process's "
+          "resident-set high-water mark over one step")
+    if is_oft_run(records):
+        print(f"OpenVLA-OFT: phases vision, reducer, projector (+ proprio), llm (the one parallel pass), head; "
+              f"policy success {meta['policy_fidelity']}")
     print(headline(records))
     warnings = noise_warnings(records, meta["machine"]["load_average_at_start"])
     print("\n".join(warnings) if warnings else "noise: no row flagged (" + NoiseRule().describe() + ")")

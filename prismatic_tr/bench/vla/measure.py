@@ -3,15 +3,17 @@ unreduced model, and saving/restoring the model's state around a benchmark."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from prismatic_tr.bench.measure.devices import as_device
-from prismatic_tr.bench.vla.phases import PHASES
-from prismatic_tr.bench.vla.step import PolicyStep, StepOutput, counted_call
+from prismatic_tr.bench.vla.step import PolicyStep, StepBase, counted_call
 from prismatic_tr.eval import kl_divergence, top1_agreement
 from prismatic_tr.vla import (
     TokenReductionSettings,
@@ -72,28 +74,61 @@ def reseed(vla: nn.Module) -> None:
         handle.reseed()
 
 
-def phase_macs(step: PolicyStep) -> tuple[StepOutput, dict[str, float]]:
-    """Run one step counting MACs per phase; returns the step's output and ``{phase}_gmacs`` + total."""
+def phase_macs(step: StepBase) -> tuple[Any, dict[str, float]]:
+    """Run one step (OpenVLA's or OFT's) counting MACs per phase; returns the step's output and ``{phase}_gmacs``
+    + total."""
     macs: dict[str, int] = {}
     out = step.run(counted_call(macs))
-    fields = {f"{p}_gmacs": macs[p] / 1e9 for p in PHASES}
+    fields = {f"{p}_gmacs": macs[p] / 1e9 for p in step.phases.names}
     fields["total_gmacs"] = sum(macs.values()) / 1e9
     return out, fields
 
 
-def step_peak_memory_mb(step: PolicyStep) -> dict[str, float | None]:
+def step_peak_memory_mb(step: StepBase) -> dict[str, float | str | None]:
     """CUDA: ``peak_memory_mb`` = max allocated during one step (weights included), ``step_memory_mb`` =
-    that peak minus what was allocated before the step. CPU: both None (no per-step allocator peak)."""
+    that peak minus what was allocated before the step. CPU: the same from the process's resident set
+    (:func:`rss_peak_mb`), or None where the kernel does not let its high-water mark be reset.
+    ``peak_memory_source`` says which."""
     dev = step.inputs.pixel_values.device
     if dev.type != "cuda":
-        return {"peak_memory_mb": None, "step_memory_mb": None}
+        return rss_peak_mb(step.run)
     torch.cuda.synchronize(dev)
     before = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     step.run()
     torch.cuda.synchronize(dev)
     peak = torch.cuda.max_memory_allocated(dev)
-    return {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20}
+    return {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20,
+            "peak_memory_source": "cuda_max_allocated"}
+
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kb(field: str) -> int:
+    """A ``kB`` field of /proc/self/status (``VmRSS``, ``VmHWM``)."""
+    for line in _STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"{_STATUS} has no {field}")
+
+
+def rss_peak_mb(fn: Callable[[], Any]) -> dict[str, float | str | None]:
+    """The process's resident-set high-water mark over one ``fn()`` on a CPU: ``peak_memory_mb`` = VmHWM after
+    it (weights, libraries and interpreter included), ``step_memory_mb`` = that minus VmRSS before (what the call
+    added to the resident set; memory the allocator kept from earlier calls is reused, not counted). The mark is
+    reset first by writing 5 to /proc/self/clear_refs (Linux >= 4.0); elsewhere both are None. tracemalloc would
+    miss torch's allocations."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        before = _status_kb("VmRSS")
+    except OSError:
+        return {"peak_memory_mb": None, "step_memory_mb": None, "peak_memory_source": None}
+    fn()
+    peak = _status_kb("VmHWM")
+    return {"peak_memory_mb": peak / 1024, "step_memory_mb": (peak - before) / 1024,
+            "peak_memory_source": "process_rss_high_water_mark"}
 
 
 @dataclass

@@ -28,10 +28,17 @@ POLICY_FIELDS = ("success_rate", "success_ci_low", "success_ci_high", "policy_ep
 SPEED_MODEL_FIDELITY = ("action_token_agreement", "action_mae", "first_token_kl")
 
 
-def policy_success_applies(vla_path: str | None, policy_episodes: int) -> str | None:
+# Why an OpenVLA-OFT model's rows have no success columns.
+NO_OFT_POLICY = ("not measured: there is no OpenVLA-OFT policy yet (the bundled tabletop policy is an OpenVLA one), "
+                 "so OFT rows report speed and the random model's fidelity only")
+
+
+def policy_success_applies(vla_path: str | None, policy_episodes: int, oft: bool = False) -> str | None:
     """None when the bundled policy's success belongs in the rows, else the reason it does not: with
     ``vla_path`` the rows describe that checkpoint, so the bundled policy's success is added only when the
-    checkpoint is the bundled policy itself."""
+    checkpoint is the bundled policy itself; an OpenVLA-OFT model (``oft``) has no policy of its own yet."""
+    if oft:
+        return NO_OFT_POLICY
     if policy_episodes == 0:
         return "not measured (--policy_episodes 0)"
     if vla_path is None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prismatic_tr.bench.vla.phases import PHASES
+from prismatic_tr.bench.vla.phases import ALL_PHASES, OFT_STEP, step_phases
 
 NOISY_MARK = "NOISY"  # the table's mark for a row with noise_flag set (see prismatic_tr.bench.measure.noise)
 NOISE_LABEL = "noisy row (noise_flag)"
@@ -33,18 +33,44 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("proj", "projector_ms", "{:.2f}"),
     ("prefill", "prefill_ms", "{:.1f}"),
     ("decode", "decode_ms", "{:.1f}"),
+    ("llm", "llm_ms", "{:.1f}"),
+    ("head", "head_ms", "{:.2f}"),
     ("phases x", "speedup", "{:.3f}"),
     ("ideal", "ideal_speedup", "{:.3f}"),
     ("eff", "efficiency", "{:.3f}"),
     ("prefill x", "prefill_speedup", "{:.3f}"),
     ("prefill ideal", "prefill_ideal_speedup", "{:.3f}"),
+    ("llm x", "llm_speedup", "{:.3f}"),
+    ("llm ideal", "llm_ideal_speedup", "{:.3f}"),
     ("GMACs", "total_gmacs", "{:.1f}"),
     ("agree", "action_token_agreement", "{:.3f}"),
     ("act MAE", "action_mae", "{:.4f}"),
+    ("act max", "action_max_abs", "{:.4f}"),
     ("KL tok1", "first_token_kl", "{:.4f}"),
     ("peak MB", "peak_memory_mb", "{:.0f}"),
     ("noise", "noise_flag", "{}"),
 )
+
+
+# Columns of one kind of step only (OpenVLA: prefill, decode; OFT: the one llm pass, head): shown only when a record
+# has them, so a table of one kind of model has no empty columns of the other's.
+_STEP_ONLY = ("prefill_ms", "decode_ms", "prefill_speedup", "prefill_ideal_speedup", "llm_ms", "head_ms",
+              "llm_speedup", "llm_ideal_speedup", "action_max_abs")
+# OpenVLA's columns that an OFT table leaves out: the bundled policy is an OpenVLA one (there is no OFT policy yet)
+# and OFT's L1 head has no action tokens.
+_OPENVLA_ONLY = ("success_rate", "_success_ci", "policy_cut", "action_token_agreement", "first_token_kl")
+
+
+def _all_oft(records: Sequence[dict[str, Any]]) -> bool:
+    return bool(records) and all(step_phases(r) is OFT_STEP for r in records)
+
+
+def _columns(records: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The table's columns for ``records``: every column, less the step-only ones that no record has, and less
+    OpenVLA's policy and token columns in a table of OFT rows."""
+    drop = {k for k in _STEP_ONLY if not any(k in r for r in records)}
+    drop |= set(_OPENVLA_ONLY) if _all_oft(records) else set()
+    return [c for c in _COLUMNS if c[1] not in drop]
 
 
 def _cell(rec: dict[str, Any], key: str, fmt: str) -> str:
@@ -63,8 +89,9 @@ def _cell(rec: dict[str, Any], key: str, fmt: str) -> str:
 
 def format_table(records: Sequence[dict[str, Any]]) -> str:
     """Fixed-width text table, one row per record (latencies are medians in ms)."""
-    rows = [[h for h, _, _ in _COLUMNS]] + [[_cell(r, k, f) for _, k, f in _COLUMNS] for r in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    columns = _columns(records)
+    rows = [[h for h, _, _ in columns]] + [[_cell(r, k, f) for _, k, f in columns] for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -130,7 +157,7 @@ def _bar_label(rec: dict[str, Any]) -> str:
 def _phase_bars(ax: Any, records: Sequence[dict[str, Any]]) -> None:
     labels = [_bar_label(r) for r in records]
     bottom = [0.0] * len(records)
-    for phase in PHASES:
+    for phase in [p for p in ALL_PHASES if all(f"{p}_ms" in r for r in records)]:
         vals = [r[f"{phase}_ms"] for r in records]
         ax.bar(range(len(records)), vals, bottom=bottom, label=phase)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
@@ -153,7 +180,10 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "") -> Any:
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
     _line_panel(axes[0], records, "predict_action_speedup", "end-to-end speedup of predict_action (x)", ideal=True)
-    _line_panel(axes[1], records, "action_token_agreement", "action-token agreement")
+    if _all_oft(records):  # no action tokens: the largest action change over the chunk instead
+        _line_panel(axes[1], records, "action_max_abs", "max |delta action| over the chunk (un-normalised)")
+    else:
+        _line_panel(axes[1], records, "action_token_agreement", "action-token agreement")
     _line_panel(axes[2], records, "action_mae", "mean |delta action| (un-normalised)")
     axes[0].legend(fontsize=7)
     _phase_bars(axes[3], records)
@@ -168,7 +198,7 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "") -> Any:
 
 def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """PNG: end-to-end ``predict_action`` speedup (with the Amdahl bound of the projector site), action-token
-    agreement and action error against the fraction of visual tokens the LLM keeps, and a stacked bar of the
+    agreement (OFT: the largest action change) and action error against the fraction of visual tokens the LLM keeps, and a stacked bar of the
     phase medians of every setting; noisy rows marked."""
     import matplotlib.pyplot as plt
 
@@ -181,7 +211,8 @@ def plot_results(records: Sequence[dict[str, Any]], path: str | Path, title: str
 
 def markdown_table(records: Sequence[dict[str, Any]]) -> str:
     """The main columns as a GitHub markdown table (for a results README)."""
-    cols = [c for c in _COLUMNS if c[1] not in ("prefill_ms", "decode_ms", "projector_ms", "peak_memory_mb")]
+    cols = [c for c in _columns(records)
+            if c[1] not in ("prefill_ms", "decode_ms", "llm_ms", "head_ms", "projector_ms", "peak_memory_mb")]
     head = "| " + " | ".join(h for h, _, _ in cols) + " |"
     rule = "| " + " | ".join("---" for _ in cols) + " |"
     body = ["| " + " | ".join(_cell(r, k, f) for _, k, f in cols) + " |" for r in records]

@@ -9,6 +9,10 @@ logits of the first action token, ``decode`` picks it greedily and runs ``num_ac
 single-token cached forwards for the rest. The LM head sees the last position only. Nothing in the step
 syncs with the host: the greedy token stays on the device between forwards. Prompts must not be padded
 (one instruction for the whole batch).
+
+:class:`StepBase` holds what OpenVLA's step shares with OpenVLA-OFT's (:mod:`prismatic_tr.bench.vla.oft_step`):
+inputs and prompt, the unreduced vision phase, the live site's finish, the projector, the model's own
+``predict_action``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from torch import nn
 
 from prismatic_tr.bench.measure.flops import count_macs
 from prismatic_tr.bench.measure.timing import Timer
-from prismatic_tr.bench.vla.phases import PHASES  # noqa: F401  (re-exported: the phases run() calls)
+from prismatic_tr.bench.vla.phases import OPENVLA_STEP, PHASES, StepPhases  # noqa: F401  (PHASES re-exported)
 from prismatic_tr.models.generation import DecodeState, decode_loop
 from prismatic_tr.models.generation import prefill as lm_prefill
 from prismatic_tr.vla import get_token_reduction, unwrap_vla
@@ -40,12 +44,14 @@ class StepInputs:
     """Processor outputs on the model's device.
 
     input_ids: (B, L) long; attention_mask: (B, L) long/bool; pixel_values: (B, C, H, W) in the
-    vision backbone's dtype (C = 6 for the fused DINOv2 + SigLIP backbone).
+    vision backbone's dtype (C = 6 for the fused DINOv2 + SigLIP backbone, n * 6 for OpenVLA-OFT's n images);
+    proprio: (B, proprio_dim) float32 normalised state (OpenVLA-OFT), or None.
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     pixel_values: torch.Tensor
+    proprio: torch.Tensor | None = None
 
 
 @dataclass
@@ -81,7 +87,9 @@ def prepare_inputs(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], devic
     mask = torch.ones_like(ids) if mask is None else mask.to(device)
     if not bool(mask.bool().all()):  # checked once here, never on the timed path
         raise ValueError("sample_inputs has a padded attention_mask; benchmark one instruction per batch")
-    return StepInputs(ids, mask, sample_inputs["pixel_values"].to(device=device, dtype=dtype))
+    proprio = sample_inputs.get("proprio")
+    proprio = None if proprio is None else torch.as_tensor(proprio, dtype=torch.float32).to(device)
+    return StepInputs(ids, mask, sample_inputs["pixel_values"].to(device=device, dtype=dtype), proprio)
 
 
 def phase_model(model: nn.Module) -> nn.Module:
@@ -95,33 +103,37 @@ def phase_model(model: nn.Module) -> nn.Module:
     return OpenVLAAdapter(model)
 
 
-class PolicyStep:
-    """The phases of one control step of ``vla`` on fixed inputs.
+class StepBase:
+    """What every benchmarked step shares: the model, its inputs and prompt, the unreduced vision phase, the live
+    site's finish, the projector, and the model's own ``predict_action`` on the same inputs.
 
     Args:
-        vla: an OpenVLA model (native, or OpenVLA's remote-code model: phases through
-            :func:`phase_model`), possibly wrapped (PEFT, DDP, ``torch.compile``).
-        inputs: the prompt and image(s), see :class:`StepInputs`.
-        num_action_tokens: tokens decoded per step (7 for OpenVLA).
+        vla: the model, possibly wrapped (PEFT, DDP, ``torch.compile``).
+        inputs: the prompt, image(s) and proprio, see :class:`StepInputs`.
     """
 
-    def __init__(self, vla: nn.Module, inputs: StepInputs, num_action_tokens: int = 7) -> None:
-        if num_action_tokens < 1:
-            raise ValueError(f"num_action_tokens={num_action_tokens} is not allowed; use an integer >= 1")
+    phases: StepPhases  # the phases run() calls, in order (phases.py)
+
+    def __init__(self, vla: nn.Module, inputs: StepInputs) -> None:
         self.user_model = unwrap_vla(vla)  # the model whose predict_action users call
-        self.model = phase_model(self.user_model)
+        self.model = self.phase_model(self.user_model)
         self.inputs = inputs
-        self.num_action_tokens = num_action_tokens
         # The prompt exactly as predict_action prepares it (OpenVLA's empty token appended where missing).
         self.prompt = self.model.make_prompt(inputs.input_ids, inputs.attention_mask, for_actions=True)
         with torch.no_grad():
             self.num_patches = int(self.vision().shape[1])  # unreduced (call before attaching reductions)
 
+    def phase_model(self, model: nn.Module) -> nn.Module:
+        """The model whose pieces the phases call (:func:`phase_model`)."""
+        return phase_model(model)
+
     def predict_action(self, unnorm_key: str) -> np.ndarray:
         """The user's model's own ``predict_action`` on the step's inputs (greedy): what a control loop calls."""
         i = self.inputs
+        extra = {"proprio": i.proprio} if i.proprio is not None else {}
         return self.user_model.predict_action(input_ids=i.input_ids, pixel_values=i.pixel_values,
-                                              attention_mask=i.attention_mask, unnorm_key=unnorm_key, do_sample=False)
+                                              attention_mask=i.attention_mask, unnorm_key=unnorm_key, do_sample=False,
+                                              **extra)
 
     @staticmethod
     def llm_visual_tokens(record: CallRecord, projected: int) -> int:
@@ -136,6 +148,32 @@ class PolicyStep:
         """(B, K, D) -> (B, K, llm_dim)."""
         return self.model.projector(features)
 
+    def finish(self, features: torch.Tensor) -> torch.Tensor:
+        """What the projector receives from unreduced ``features``: the live projector / vision site's
+        ``finish_forward`` (reduces, or collects what the towers kept, and hands the positions on), else the
+        features themselves."""
+        handle = get_token_reduction(self.user_model)
+        return handle.finish_forward(features) if handle is not None else features
+
+
+class PolicyStep(StepBase):
+    """The phases of one OpenVLA control step of ``vla`` on fixed inputs.
+
+    Args:
+        vla: an OpenVLA model (native, or OpenVLA's remote-code model: phases through
+            :func:`phase_model`), possibly wrapped (PEFT, DDP, ``torch.compile``).
+        inputs: the prompt and image(s), see :class:`StepInputs`.
+        num_action_tokens: tokens decoded per step (7 for OpenVLA).
+    """
+
+    phases = OPENVLA_STEP
+
+    def __init__(self, vla: nn.Module, inputs: StepInputs, num_action_tokens: int = 7) -> None:
+        if num_action_tokens < 1:
+            raise ValueError(f"num_action_tokens={num_action_tokens} is not allowed; use an integer >= 1")
+        self.num_action_tokens = num_action_tokens
+        super().__init__(vla, inputs)
+
     def prefill(self, projected: torch.Tensor) -> Prefilled:
         """Language model over [BOS, visual tokens (K), text]: fills the cache; logits of action token 1."""
         embeds, mask, _ = self.model.build_multimodal_inputs(
@@ -149,17 +187,10 @@ class PolicyStep:
         tokens, _ = decode_loop(self.model.language_model, state.logits, state.state, self.num_action_tokens)
         return tokens
 
-    def finish(self, features: torch.Tensor) -> torch.Tensor:
-        """What the projector receives from unreduced ``features``: the live projector / vision site's
-        ``finish_forward`` (reduces, or collects what the towers kept, and hands the positions on), else the
-        features themselves."""
-        handle = get_token_reduction(self.user_model)
-        return handle.finish_forward(features) if handle is not None else features
-
     def run(self, call: PhaseCall | None = None) -> StepOutput:
         """One full step. ``call(name, fn)`` runs phase ``name`` as ``fn()`` and returns its result; use it
         to time (``timed_call``) or count each phase. The default just calls ``fn()``."""
-        call = call or _plain_call
+        call = call or plain_call
         with reduction_call(self.user_model) as record:  # the phases are one top-level call of the model
             features = call("vision", self.vision)
             reduced = call("reducer", lambda: self.finish(features))
@@ -177,7 +208,8 @@ class PolicyStep:
                           self.llm_visual_tokens(record, projected.shape[1]))
 
 
-def _plain_call(name: str, fn: Callable[[], T]) -> T:
+def plain_call(name: str, fn: Callable[[], T]) -> T:
+    """A ``call`` that just runs the phase."""
     return fn()
 
 
