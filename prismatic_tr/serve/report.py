@@ -2,7 +2,7 @@
 
     python -m prismatic_tr.serve.report benchmarks/results/serve/*.json
 
-One row per report, in the order given: model, setting, dtype, clients, actions per second (and its ratio to the
+One row per report, by model (unreduced first) and clients, soaks last: model, setting, dtype, clients, actions per second (and its ratio to the
 unreduced row of the same model, dtype and clients, when there is one), latency p50 / p95 / p99, the server's mean
 batch size, and what went wrong (errors, lost, mismatched); a soak report adds its bad requests and memory.
 """
@@ -57,6 +57,15 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
+def in_reading_order(reports: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Load tests by model, unreduced first, then by clients; soaks last (the README's order)."""
+    def key(r: dict[str, Any]) -> tuple:
+        return (bool(r.get("config", {}).get("bad_every")), _short_model(r.get("model")), r.get("setting") != "none",
+                str(r.get("setting")), int(r.get("clients") or 0))
+
+    return sorted(reports, key=key)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prismatic_tr.serve.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [str(p) for p in args.reports if not p.is_file()]
     if missing:
         parser.error(f"no such report: {', '.join(missing)}")
-    print(markdown_table([json.loads(p.read_text()) for p in args.reports]))
+    print(markdown_table(in_reading_order([json.loads(p.read_text()) for p in args.reports])))
     return 0
 
 
