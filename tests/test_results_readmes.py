@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 READMES = sorted(RESULTS.glob("*/README.md"))
 SUFFIXES = (".json", ".csv", ".png", ".py", ".sh", ".txt", ".md", ".log", ".yaml", ".safetensors")
-NOT_COMMITTED = ("outputs/", "runs/", "/tmp/")  # where commands write their run outputs, never committed
+NOT_COMMITTED = ("outputs/", "runs/", "/tmp/", ".venv")  # run outputs and virtual environments, never committed
 
 
 def pointers(text: str) -> list[str]:
