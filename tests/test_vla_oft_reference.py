@@ -12,14 +12,13 @@ count is set. Needs ``../shared/reference/openvla_oft`` and OpenVLA's pins (skip
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from helpers.calls import run_and_kept
+from helpers.oft_checkpoint import import_action_heads
 from helpers.reference_clients import import_openvla_oft
 from helpers.reference_models import UNNORM_KEY, build_reference_vla, require_remote_code_stack
 
@@ -40,30 +39,6 @@ CASES = [
     (3, "spatial_pool", 0.5, 2, True, False, 64),
     (2, "spatial_pool", 0.5, 4, False, True, 16),
 ]
-
-
-def import_action_heads() -> types.ModuleType:
-    """OFT's ``prismatic/models/action_heads.py``.
-
-    That file imports diffusers' ``DDIMScheduler`` at module level for its diffusion head only; the L1
-    regression head used here never touches it. When diffusers is not installed, a placeholder stands in for
-    that one import while the module loads, and is taken out of ``sys.modules`` right after.
-    """
-    try:
-        import diffusers  # noqa: F401
-    except ImportError:
-        scheduling = types.ModuleType("diffusers.schedulers.scheduling_ddim")
-        scheduling.DDIMScheduler = type("DDIMSchedulerPlaceholder", (), {})  # type: ignore[attr-defined]
-        stubs = {"diffusers": types.ModuleType("diffusers"),
-                 "diffusers.schedulers": types.ModuleType("diffusers.schedulers"),
-                 "diffusers.schedulers.scheduling_ddim": scheduling}
-        sys.modules.update(stubs)
-        try:
-            return import_openvla_oft("prismatic.models.action_heads")
-        finally:
-            for name in stubs:
-                sys.modules.pop(name, None)
-    return import_openvla_oft("prismatic.models.action_heads")
 
 
 @pytest.fixture(scope="module")

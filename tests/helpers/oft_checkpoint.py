@@ -46,7 +46,7 @@ def oft_statistics(action_dim: int = 7, proprio_dim: int = 8) -> dict[str, Any]:
 def import_action_heads() -> types.ModuleType:
     """OFT's ``prismatic/models/action_heads.py``. It imports diffusers' ``DDIMScheduler`` at module level for its
     diffusion head only; without diffusers a placeholder stands in for that one import while the module loads
-    (taken out of ``sys.modules`` right after). The same stand-in as ``tests/test_vla_oft_reference.py``'s."""
+    (taken out of ``sys.modules`` right after)."""
     try:
         import diffusers  # noqa: F401
     except ImportError:
