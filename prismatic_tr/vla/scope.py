@@ -75,7 +75,7 @@ class CallRecord:
 
 class CallScope:
     """The calls in flight on one model: ``depth`` and the outermost call's :class:`CallRecord` (None between
-    calls). ``users``: live sites that need it; ``originals``: the instance methods wrapped."""
+    calls). ``users``: live sites that need it; ``wrapped``: the names of the instance methods wrapped."""
 
     def __init__(self) -> None:
         self.depth = 0
