@@ -57,7 +57,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_recipe_stops_each_stage_at_its_step_with_the_schedule_kept(trained: dict) -> None:
     out, record = trained["out"], trained["record"]
-    for name, stage, aux in (("stage1", STAGE1, False), ("stage2", STAGE2, True)):
+    for name, stage, aux in (("stage1", STAGE1, True), ("stage2", STAGE2, True)):  # grounding in both
         rows = list(csv.DictReader((out / f"training_curve_{name}.csv").open()))
         assert [int(float(r["step"])) for r in rows] == list(range(1, stage["stop_at_step"] + 1))
         assert all(math.isfinite(float(r["loss"])) for r in rows)
@@ -284,23 +284,37 @@ def test_train_policy_bad_flags_exit_2(argv: list[str], match: str, capsys) -> N
     assert err.value.code == 2 and match in capsys.readouterr().err
 
 
-def test_train_policy_defaults_are_the_shipped_procedure() -> None:
-    """No flag: runs 5 and 6 of benchmarks/results/policy_training/README.md, stop steps included."""
+def test_train_policy_defaults_are_the_recipe() -> None:
+    """No flag: runs 5 and 6's schedules (benchmarks/results/policy_training/README.md), stop steps included, with
+    the grounding loss from stage 1's start and bf16 autocast where the CPU has it."""
     cfg = train_policy.parse_config([])
     assert (cfg.num_episodes, cfg.demo_seed, cfg.demo_min_objects, cfg.demo_max_objects, cfg.motion_noise) == (
         3000, 0, 1, 5, 0.2)
     assert (cfg.preset, cfg.vision_pretrain_steps, cfg.freeze_vision, cfg.batch_size, cfg.bf16_autocast) == (
-        "policy", 1000, True, 32, True)
+        "policy", 1000, True, 32, None)
     stage1 = {k: getattr(cfg, k) for k in ("seed", "max_steps", "stop_at_step", "learning_rate", "lr_warmup_steps",
                                             "grounding_loss_weight")}
     assert stage1 == {"seed": 0, "max_steps": 3600, "stop_at_step": 1800, "learning_rate": 1e-3,
-                      "lr_warmup_steps": 200, "grounding_loss_weight": 0.0}
+                      "lr_warmup_steps": 200, "grounding_loss_weight": 1.0}
     stage2 = {k: v for k, v in dataclasses.asdict(cfg.stage2).items() if k != "save_steps"}
     assert stage2 == {"enabled": True, "seed": 1, "max_steps": 3000, "stop_at_step": 1600, "learning_rate": 1e-3,
                       "lr_warmup_steps": 50, "grounding_loss_weight": 1.0}
     assert [name for name, _ in cfg.stages()] == ["stage1", "stage2"]
     assert (cfg.eval_episodes, cfg.test_episodes) == (200, 200)
     assert (cfg.select_episodes, cfg.stage2.save_steps) == (50, 200)  # the command chooses among every 200 steps
+
+
+@pytest.mark.parametrize(("flag", "cpuinfo_flags", "expected"), [
+    ([], "avx2 avx512f amx_bf16", True), ([], "avx2 avx512f avx512_bf16", True), ([], "avx2 fma", False),
+    (["--bf16_autocast", "false"], "avx2 amx_bf16", False), (["--bf16_autocast", "true"], "avx2", True)])
+def test_bf16_autocast_only_where_the_cpu_has_it(flag: list[str], cpuinfo_flags: str, expected: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from prismatic_tr.bench.measure import devices
+    from prismatic_tr.policy import recipe_config
+
+    monkeypatch.setattr(devices, "_read_cpuinfo", lambda _: f"model name\t: X\nflags\t\t: {cpuinfo_flags}\n")
+    monkeypatch.setattr(recipe_config, "torch_cuda_available", lambda: False)
+    assert train_policy.parse_config(flag).autocast() is expected
 
 
 def test_train_policy_refuses_demonstrations_written_with_other_settings(trained: dict, capsys) -> None:

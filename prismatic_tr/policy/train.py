@@ -1,10 +1,10 @@
 """The recipe of the bundled policy, one command from nothing (``vla_scripts/train_policy.py``):
 
 expert demonstrations -> a random ``policy``-preset OpenVLA with tower pretraining -> fine-tuning stage 1 (action
-loss) -> stage 2 (from stage 1's checkpoint, with the grounding loss) -> closed-loop evaluation on the validation
-and the test seed split -> (optionally) the package's assets. With its defaults (:mod:`prismatic_tr.policy.
-recipe_config`) it runs the procedure that made ``prismatic_tr/assets/tabletop_policy`` (runs 5 and 6 of
-``benchmarks/results/policy_training/README.md``): each stage is trained with a cosine schedule over its
+and grounding loss) -> stage 2 (from stage 1's checkpoint) -> the best of stage 2's checkpoints on validation
+episodes -> closed-loop evaluation on the validation and the test seed split -> (optionally) the package's
+assets. Its defaults (:mod:`prismatic_tr.policy.recipe_config`) follow runs 5 and 6 of
+``benchmarks/results/policy_training/README.md``: each stage is trained with a cosine schedule over its
 ``max_steps`` and stopped after its ``stop_at_step``, and stage 2 starts in the state a separate
 ``--init_checkpoint`` command had (:func:`train_stage`). Every step is the library's (``envs.demos``,
 ``models.build_vla``, ``policy.vision_pretrain``, ``training``, ``policy.closed_loop``); this module wires them
@@ -29,6 +29,7 @@ Validation success is what stopping and tuning decisions may read; test success 
 import csv
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from prismatic_tr.bench.measure.devices import cpu_info
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 from prismatic_tr.policy.recipe_config import DATASET, PolicyTrainConfig, StageConfig, StageSpec
 
@@ -114,7 +116,7 @@ def train_stage(cfg: PolicyTrainConfig, name: str, stage: StageSpec, data_root: 
         batch_size=cfg.batch_size, max_steps=stage.max_steps, stop_at_step=stage.stop_at_step,
         save_steps=stage.save_steps or stage.stop_at_step or stage.max_steps, save_latest_checkpoint_only=False,
         learning_rate=stage.learning_rate, lr_schedule="cosine", lr_warmup_steps=stage.lr_warmup_steps,
-        bf16_autocast=cfg.bf16_autocast, use_lora=False, freeze_vision_backbone=cfg.freeze_vision,
+        bf16_autocast=cfg.autocast(), use_lora=False, freeze_vision_backbone=cfg.freeze_vision,
         shuffle_buffer_size=50_000, seed=stage.seed, log_every=50, progress_bar=cfg.progress, run_id_note=name,
     )
     if not stage.grounding_loss_weight:
@@ -243,6 +245,7 @@ def run_recipe(cfg: PolicyTrainConfig) -> dict[str, Any]:
                     **{s["stage"]: s["minutes"] for s in stages}, "selection": (t_select - t_stages) / 60,
                     **{f"evaluation_{k}": v["wall_s"] / 60 for k, v in evaluation.items()}},
         "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()},
     }
     text = json.dumps(record, indent=2) + "\n"
     (cfg.output_dir / "evaluation.json").write_text(text)
