@@ -2,7 +2,9 @@
 
 ``POST /act`` takes exactly what OpenVLA's ``vla-scripts/deploy.py`` takes (``{"image": ndarray, "instruction":
 str, "unnorm_key": optional}`` with json-numpy, or ``{"encoded": ...}``) and answers the action the same way, so
-OpenVLA clients work unchanged; concurrent requests run as one batched ``predict_action``. Bad input gets a 4xx
+OpenVLA clients work unchanged. An OpenVLA-OFT checkpoint (``--vla_path``, OFT's layout) takes OFT's fields
+(``full_image``, ``wrist_image`` ..., the raw ``state``) and answers the action chunk as a list of per-step
+arrays, as OFT's deploy.py does. Concurrent requests run as one batched ``predict_action``. Bad input gets a 4xx
 naming the field (never 200); a model error a 500 with an id in the log. ``GET /health``, ``GET /info`` (model,
 setting, dtype, batch limits and counters, memory). SIGTERM / Ctrl-C answer the requests in flight, then exit.
 
@@ -11,6 +13,7 @@ setting, dtype, batch limits and counters, memory). SIGTERM / Ctrl-C answer the 
     python vla_scripts/deploy.py --adapter vision-diverse-0.1-0.25        # a shipped adapter, its own setting
     python vla_scripts/deploy.py --vla_path /path/to/openvla-7b --host 0.0.0.0 --setting diverse:0.25
     python vla_scripts/deploy.py --preset cpu-bench                       # random weights, for load tests
+    python vla_scripts/deploy.py --vla_path /path/to/oft-checkpoint --setting vision:diverse:0.1@0.25   # OFT
 
 Bad flags exit with status 2 before any model is loaded. Needs the ``serve`` extra: pip install 'prismatic_tr[serve]'.
 """

@@ -13,7 +13,7 @@ from .config import PRESETS, NativeOpenVLAConfig, make_config
 from .init_utils import building_on_meta, materialize_parameters_, parameters_on_meta
 from .modeling import NativeOpenVLA
 from .oft import NativeOpenVLAOFT, oft_config_from
-from .oft_config import OFT_PRESETS, OFTSettings
+from .oft_config import OFT_PRESETS, OFTSettings, synthetic_proprio_stats
 
 M = TypeVar("M", bound=NativeOpenVLA)
 
@@ -57,6 +57,9 @@ def build_oft_vla(
     projector and L1 head (or the discrete variant) as ``oft`` sets them (:class:`OFTSettings` or a dict; default
     OFT's LIBERO settings: 1 image, proprio 8, chunk 8 x 7, L1 head, causal attention)."""
     config = oft_config_from(make_config(preset, vision_backbone_id), oft)
+    dim = config.oft_settings.proprio_dim
+    if dim is not None:  # the synthetic statistics get a proprio block, as OFT's dataset_statistics.json have
+        config.norm_stats = {k: {**v, "proprio": synthetic_proprio_stats(dim)} for k, v in config.norm_stats.items()}
     return _build(NativeOpenVLAOFT, config, PRESETS[preset].small, dtype, device, seed)
 
 

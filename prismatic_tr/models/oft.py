@@ -57,6 +57,23 @@ def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], norma
     return np.where(mask, 0.5 * (normalized + 1) * (high - low + 1e-8) + low, normalized)
 
 
+# follows OpenVLA-OFT 213c5ff8 experiments/robot/openvla_utils.py normalize_proprio (MIT, see NOTICE): what OFT's
+# get_vla_action does to the robot's state before predict_action: 2 (x - low) / (high - low + 1e-8) - 1 where the
+# mask is set, clipped to [-1, 1].
+def normalize_oft_proprio(state: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
+    """(..., D) raw proprio state -> the normalised state OFT's ``predict_action`` takes (``stats``: the
+    ``"proprio"`` block of a dataset's statistics; ``normalization``: "bounds_q99" or "bounds")."""
+    if normalization not in _NORM_KEYS:
+        raise ValueError(f"normalization={normalization!r}; allowed: {sorted(_NORM_KEYS)}")
+    low_key, high_key = _NORM_KEYS[normalization]
+    missing = [k for k in (low_key, high_key) if k not in stats]
+    if missing:
+        raise ValueError(f"proprio statistics lack {missing} (normalization={normalization!r}); have {sorted(stats)}")
+    low, high = np.array(stats[low_key]), np.array(stats[high_key])
+    mask = np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
+    return np.clip(np.where(mask, 2 * (state - low) / (high - low + 1e-8) - 1, state), -1.0, 1.0)
+
+
 # transformers 5 builds its masks in masking_utils, and reads the position ids on the host (packed-sequence detection)
 # when a call has neither a mask nor a cache; a 4-D mask skips that whole step. transformers 4.40 has no such module
 # and reads a 4-D mask on the host instead (its max), but nothing when the mask is None.

@@ -123,6 +123,13 @@ def platform_settings(platform: str) -> OFTSettings:
                        normalization=p.normalization)
 
 
+def synthetic_proprio_stats(dim: int) -> dict[str, list[Any]]:
+    """A dataset's ``"proprio"`` statistics block for random-weight presets: bounds [-1, 1] on every dimension (a
+    state in [-1, 1] is then passed through unchanged by OFT's normalisation)."""
+    return {"q01": [-1.0] * dim, "q99": [1.0] * dim, "min": [-1.0] * dim, "max": [1.0] * dim, "mean": [0.0] * dim,
+            "std": [0.5] * dim}
+
+
 # OFT presets: name -> (the OpenVLA preset whose towers, projector and Llama it takes, its OFT settings). Both take two
 # 224 px images (third-person + wrist), proprio 8, a chunk of 8 x 7 actions and the L1 head (OFT's LIBERO setup).
 OFT_PRESETS: dict[str, tuple[str, OFTSettings]] = {

@@ -26,7 +26,8 @@ import json_numpy
 import numpy as np
 
 BAD_KINDS = ("not_json", "float_image", "grey_image", "tiny_image", "no_instruction", "extra_field",
-             "unknown_unnorm_key", "two_images", "oversized")
+             "unknown_unnorm_key", "too_many_images", "oversized", "bad_state")
+PROPRIO_KINDS = ("bad_state",)  # sent only to a model that takes a proprio state
 JSON_HEADERS = {"Content-Type": "application/json"}
 SERVER_KEYS = ("model", "setting", "cut", "dtype", "dtype_reason", "device", "visual_tokens", "limits", "pid")
 
@@ -85,27 +86,46 @@ def observations(n: int, seed: int) -> list[tuple[np.ndarray, str]]:
     return out
 
 
-def act_body(image: np.ndarray, instruction: str, unnorm_key: str | None) -> bytes:
-    """OpenVLA's deploy payload, json-numpy encoded."""
-    payload: dict[str, Any] = {"image": image, "instruction": instruction}
-    if unnorm_key is not None:
-        payload["unnorm_key"] = unnorm_key
-    return json_numpy.dumps(payload).encode()
+def payloads(n: int, seed: int, images: int = 1, proprio_dim: int | None = None,
+             unnorm_key: str | None = None) -> list[dict[str, Any]]:
+    """``n`` distinct requests. One image: OpenVLA's payload (``image``, ``instruction``); an OpenVLA-OFT model's
+    (``images`` > 1 or a proprio): OFT's (``full_image``, ``wrist_image``, ``wrist_image_2`` ..., ``state``).
+    The extra cameras show other episodes' scenes (the tabletop task has one camera) and the states are drawn
+    from ``seed``, so every request differs from every other in every field the model reads."""
+    obs = observations(n * images, seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        image, instruction = obs[i]
+        payload: dict[str, Any] = {"full_image" if images > 1 or proprio_dim else "image": image,
+                                   "instruction": instruction}
+        for j in range(1, images):
+            payload["wrist_image" + (f"_{j}" if j > 1 else "")] = obs[j * n + i][0]
+        if proprio_dim:
+            payload["state"] = rng.uniform(-1.0, 1.0, proprio_dim).astype(np.float32)
+        if unnorm_key is not None:
+            payload["unnorm_key"] = unnorm_key
+        out.append(payload)
+    return out
 
 
-def bad_body(kind: str, image: np.ndarray, max_body_bytes: int) -> bytes:
-    """A malformed request of ``kind`` (one of :data:`BAD_KINDS`); the server must answer it 4xx."""
-    good = {"image": image, "instruction": "pick up the red block"}
+def bad_body(kind: str, good: dict[str, Any], max_body_bytes: int, max_images: int = 1) -> bytes:
+    """A malformed variant of the request ``good`` (a payload of :func:`payloads`) of ``kind`` (one of
+    :data:`BAD_KINDS`; ``too_many_images`` adds wrist images up to ``max_images`` + 1); the server must answer 4xx."""
+    field = "full_image" if "full_image" in good else "image"
+    image = good[field]
     bodies: dict[str, Callable[[], Any]] = {
         "not_json": lambda: b"{this is not json",
-        "float_image": lambda: {**good, "image": image.astype(np.float32) / 255},
-        "grey_image": lambda: {**good, "image": image[..., 0]},
-        "tiny_image": lambda: {**good, "image": image[:4, :4]},
-        "no_instruction": lambda: {"image": image},
+        "float_image": lambda: {**good, field: image.astype(np.float32) / 255},
+        "grey_image": lambda: {**good, field: image[..., 0]},
+        "tiny_image": lambda: {**good, field: image[:4, :4]},
+        "no_instruction": lambda: {k: v for k, v in good.items() if k != "instruction"},
         "extra_field": lambda: {**good, "temperature": 0.5},
         "unknown_unnorm_key": lambda: {**good, "unnorm_key": "no_such_dataset"},
-        "two_images": lambda: {**good, "wrist_image": image},
+        "too_many_images": lambda: {**{k: v for k, v in good.items() if "wrist" not in k},
+                                    **{f"wrist_image_{j}": image for j in range(1, max_images + 1)}},
         "oversized": lambda: {**good, "padding": "x" * (max_body_bytes + 1)},
+        "bad_state": lambda: {**good, "state": np.zeros(len(good.get("state", ())) + 1, dtype=np.float32)},
     }
     if kind not in bodies:
         raise ValueError(f"bad request kind {kind!r} is not allowed; use one of {BAD_KINDS}")
@@ -232,18 +252,21 @@ def _mb(value: Any) -> float | None:
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict[str, Any]:
-    """References alone, then the load (and the bad requests of a soak); the :func:`summarize` report."""
+    """References alone, then the load (and the bad requests of a soak); the :func:`summarize` report. The
+    requests take the form the server's ``/info`` asks for (OpenVLA's one image, or OFT's images and state)."""
     info = server_info(cfg.url)
-    obs = observations(cfg.distinct, cfg.seed)
-    good = [act_body(image, text, cfg.unnorm_key) for image, text in obs]
+    images, proprio = int(info.get("min_images", 1)), info.get("proprio_dim")
+    requests_ = payloads(cfg.distinct, cfg.seed, images, proprio, cfg.unnorm_key)
+    good = [json_numpy.dumps(p).encode() for p in requests_]
     refs = reference_actions(cfg, good)
     limit = int(info.get("limits", {}).get("max_body_bytes", 8 * 2**20))
+    kinds = [k for k in BAD_KINDS if proprio or k not in PROPRIO_KINDS]
     bad_cache: dict[str, bytes] = {}
 
     def bad(index: int) -> tuple[str, bytes]:
-        kind = BAD_KINDS[(index // max(cfg.bad_every, 1)) % len(BAD_KINDS)]
+        kind = kinds[(index // max(cfg.bad_every, 1)) % len(kinds)]
         if kind not in bad_cache:
-            bad_cache[kind] = bad_body(kind, obs[0][0], limit)
+            bad_cache[kind] = bad_body(kind, requests_[0], limit, int(info.get("max_images", 1)))
         return kind, bad_cache[kind]
 
     before = server_info(cfg.url)

@@ -2,7 +2,10 @@
 
 :class:`ServedPolicy` turns requests into one batched ``predict_action`` (OpenVLA's prompt, the processor's
 padding) and returns one action per request. A batch of one is exactly the single call OpenVLA's server makes:
-the same processor output, the same ``predict_action``. :func:`load_served_policy` loads what ``deploy.py``
+the same processor output, the same ``predict_action``. An OpenVLA-OFT model (``NativeOpenVLAOFT``) gets its
+request as OFT's ``get_vla_action`` prepares one: the primary image, then the wrist images, each through the
+processor with the prompt, their pixel values concatenated on the channel axis; the raw state normalised with the
+``unnorm_key``'s proprio statistics; the answer is the (chunk, action_dim) chunk. :func:`load_served_policy` loads what ``deploy.py``
 serves: the bundled policy, a shipped adapter, a checkpoint directory or a random-weight preset, with a
 reduction setting given as a spec (``prismatic_tr.vla.spec``) or the one the checkpoint / adapter carries.
 """
@@ -34,9 +37,21 @@ class ServedPolicy:
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def oft(self) -> Any:
+        """The model's OFT settings (``OFTSettings``), or None for an OpenVLA model."""
+        return self.vla.oft if is_oft(self.vla) else None
+
+    @property
     def spec(self) -> ModelSpec:
-        """What requests may hold: the model's action statistics keys; one image, no proprio."""
-        return ModelSpec(tuple(sorted(getattr(self.vla, "norm_stats", None) or {})))
+        """What requests may hold: the model's action statistics keys; one image and no proprio (OpenVLA), or
+        exactly the OFT model's images and, when it has a proprio projector, the state."""
+        keys = tuple(sorted(getattr(self.vla, "norm_stats", None) or {}))
+        oft = self.oft
+        if oft is None:
+            return ModelSpec(keys)
+        n = self.vla.vision_backbone.get_num_images_in_input()
+        proprio = oft.proprio_dim if self.vla.proprio_projector is not None else None
+        return ModelSpec(keys, max_images=n, proprio_dim=proprio, min_images=n)
 
     @property
     def dtype(self) -> str:
@@ -50,18 +65,43 @@ class ServedPolicy:
         keys = {r.unnorm_key for r in requests}
         if len(keys) != 1:
             raise ValueError(f"a batch shares one unnorm_key; got {sorted(keys)}")
-        images = [Image.fromarray(r.images[0]).convert("RGB") for r in requests]  # as OpenVLA's deploy.py
+        key = keys.pop()
         prompts = [build_prompt(r.instruction) for r in requests]
-        inputs = self.processor(prompts, images)
+        cameras = max(len(r.images) for r in requests)
+        if any(len(r.images) != cameras for r in requests):
+            raise ValueError("a batch's requests hold the same number of images")
+        # as OpenVLA's deploy.py (and OFT's get_vla_action, camera by camera): PIL RGB through the processor
+        per_camera = [self.processor(prompts, [Image.fromarray(r.images[j]).convert("RGB") for r in requests])
+                      for j in range(cameras)]
+        inputs = dict(per_camera[0])
+        if cameras > 1:
+            inputs["pixel_values"] = torch.cat([c["pixel_values"] for c in per_camera], dim=1)
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
-        actions = self.vla.predict_action(**inputs, unnorm_key=keys.pop(), do_sample=False)
-        actions = np.asarray(actions).reshape(len(requests), -1)
+        if self.oft is None:
+            actions = self.vla.predict_action(**inputs, unnorm_key=key, do_sample=False)
+            actions = np.asarray(actions).reshape(len(requests), -1)
+        else:
+            actions = self._predict_chunk(inputs, key, requests)
         return [actions[i].copy() for i in range(len(requests))]
 
+    def _predict_chunk(self, inputs: dict[str, torch.Tensor], key: str, requests: Sequence[ActRequest]) -> np.ndarray:
+        """(B, chunk, action_dim) from the OFT model, the requests' raw states normalised as OFT's client does."""
+        from prismatic_tr.models.oft import normalize_oft_proprio
+
+        oft, extra = self.oft, {}
+        if self.spec.proprio_dim:
+            stats = self.vla.norm_stats[key]["proprio"]
+            state = np.stack([np.asarray(r.proprio, dtype=np.float64) for r in requests])
+            extra["proprio"] = normalize_oft_proprio(state, stats, oft.normalization).astype(np.float32)
+        actions = self.vla.predict_action(**inputs, unnorm_key=key, do_sample=False, **extra)
+        return np.asarray(actions).reshape(len(requests), oft.num_actions_chunk, oft.action_dim)
+
     def warm_up(self) -> None:
-        """Run one request (a grey image) so the first client does not pay for lazy set-up."""
+        """Run one request (grey images, a zero state) so the first client does not pay for lazy set-up."""
+        spec = self.spec
         grey = np.full((224, 224, 3), 128, dtype=np.uint8)
-        self.predict([ActRequest((grey,), "pick up the red block", self.spec.unnorm_keys[0])])
+        state = np.zeros(spec.proprio_dim, dtype=np.float32) if spec.proprio_dim else None
+        self.predict([ActRequest((grey,) * spec.min_images, "pick up the red block", spec.unnorm_keys[0], state)])
 
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` says about the model."""
@@ -71,9 +111,21 @@ class ServedPolicy:
             tokens: int | None = visual_token_count(self.vla)
         except ValueError:
             tokens = None
+        oft = self.oft
+        answer = ({"kind": "openvla", "action": "one (action_dim,) array"} if oft is None else
+                  {"kind": "openvla-oft", "images": self.spec.min_images, "chunk": oft.num_actions_chunk,
+                   "action_dim": oft.action_dim, "action": "a list of chunk (action_dim,) arrays"})
         return {"model": self.name, "setting": self.setting, "cut": reduction_cut(self.vla), "dtype": self.dtype,
                 "device": str(self.device), "visual_tokens": tokens, "unnorm_keys": list(self.spec.unnorm_keys),
-                "max_images": self.spec.max_images, "proprio_dim": self.spec.proprio_dim, **self.details}
+                "max_images": self.spec.max_images, "min_images": self.spec.min_images,
+                "proprio_dim": self.spec.proprio_dim, "answer": answer, **self.details}
+
+
+def is_oft(vla: Any) -> bool:
+    """Whether ``vla`` is the native OpenVLA-OFT model (one parallel pass, an action chunk per request)."""
+    from prismatic_tr.models.oft import NativeOpenVLAOFT
+
+    return isinstance(vla, NativeOpenVLAOFT)
 
 
 def apply_setting(vla: Any, setting: str | None) -> str:
@@ -128,11 +180,14 @@ def load_served_policy(vla_path: str | None = None, adapter: str | None = None, 
 
         parse_setting(setting)  # fail before loading
     vla, processor, name = _load_model(vla_path, adapter, preset, torch_dtype, dev)
-    if type(vla).__name__ == "NativeOpenVLAOFT":
-        raise ValueError(f"{name} is an OpenVLA-OFT model; serving its several images, proprio and action chunks is "
-                         "not built yet (deploy.py serves OpenVLA models)")
     if not getattr(vla, "norm_stats", None):
         raise ValueError(f"{name} has no action statistics (norm_stats; OpenVLA reads them from "
                          "dataset_statistics.json): actions cannot be un-normalised")
+    if is_oft(vla) and vla.proprio_projector is not None:
+        lacking = sorted(k for k, v in vla.norm_stats.items() if "proprio" not in v)
+        if lacking:
+            raise ValueError(f"{name} is an OpenVLA-OFT model with a proprio projector but its statistics for "
+                             f"{lacking} have no 'proprio' block (dataset_statistics.json): a robot's state cannot "
+                             "be normalised as OFT's client does")
     label = apply_setting(vla, setting)
     return ServedPolicy(vla, processor, name, label, dev, {"dtype_reason": why})

@@ -5,10 +5,12 @@ A body is what OpenVLA's ``vla-scripts/deploy.py`` clients send (json-numpy arra
     {"image": ndarray (H, W, 3) uint8, "instruction": str, "unnorm_key": str (optional)}
     {"encoded": "<the same object as a JSON string, arrays json-numpy encoded>"}      (double-encoded)
 
-OpenVLA-OFT's clients send ``full_image`` (instead of ``image``), any number of ``*wrist*`` images and the
-proprio ``state``; a model that takes one image and no proprio refuses those with 422 naming the field. The
-answer is the action array json-numpy encoded, as OpenVLA's server writes ``JSONResponse(action)`` with
-``json_numpy.patch()`` in force, or, for a double-encoded request, that text again as a JSON string.
+OpenVLA-OFT's clients send ``full_image`` (instead of ``image``), ``*wrist*`` images and the proprio ``state``;
+a model that takes one image and no proprio refuses those with 422 naming the field, and an OFT model needs
+exactly its number of images (and the state, when it has a proprio projector). The answer is the action array
+json-numpy encoded, as OpenVLA's server writes ``JSONResponse(action)`` with ``json_numpy.patch()`` in force;
+for an OFT model, the chunk as a list of per-step action arrays (what OFT's ``get_vla_action`` returns and its
+deploy.py sends); for a double-encoded request, that text again as a JSON string.
 Nothing here patches the ``json`` module: json-numpy's hooks are passed explicitly.
 """
 
@@ -33,17 +35,20 @@ ENCODED = "encoded"
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the served model takes: its action statistics keys, images per request, proprio size (None: none)."""
+    """What the served model takes: its action statistics keys, images per request (``min_images`` to
+    ``max_images``; an OFT model takes exactly its number), proprio size (None: none; required when set)."""
 
     unnorm_keys: tuple[str, ...]
     max_images: int = 1
     proprio_dim: int | None = None
+    min_images: int = 1
 
     @property
     def allowed_fields(self) -> str:
         """The fields a request may hold, in words."""
-        extra = ", *wrist* images" if self.max_images > 1 else ""
-        extra += f", {PROPRIO_FIELD}" if self.proprio_dim else ""
+        wrist = self.max_images - 1
+        extra = f", {wrist} *wrist* image{'s' if wrist > 1 else ''}" if wrist else ""
+        extra += f", {PROPRIO_FIELD} ({self.proprio_dim} numbers)" if self.proprio_dim else ""
         return f"image (or full_image), instruction, unnorm_key (optional){extra}"
 
 
@@ -177,14 +182,25 @@ def parse_request(body: bytes, spec: ModelSpec, limits: ServeLimits) -> ActReque
     if 1 + len(wrist) > spec.max_images:
         raise RequestError(UNPROCESSABLE, f"{1 + len(wrist)} images ({primary}, {', '.join(wrist)}); this model "
                                           f"takes at most {spec.max_images}", wrist[-1])
+    if 1 + len(wrist) < spec.min_images:
+        raise RequestError(UNPROCESSABLE, f"{1 + len(wrist)} image(s) ({', '.join([primary, *wrist])}); this model "
+                                          f"takes {spec.min_images}: {primary} and {spec.min_images - 1} *wrist* "
+                                          "image field(s), e.g. wrist_image", "wrist_image")
     images = tuple(check_image(fields[f], f, limits) for f in (primary, *wrist))
+    if spec.proprio_dim and PROPRIO_FIELD not in fields:
+        raise RequestError(UNPROCESSABLE, f"field {PROPRIO_FIELD!r} is missing; allowed: a finite numeric array of "
+                                          f"shape ({spec.proprio_dim},), the robot's raw state", PROPRIO_FIELD)
     proprio = _check_proprio(fields[PROPRIO_FIELD], spec) if PROPRIO_FIELD in fields else None
     return ActRequest(images, check_instruction(fields["instruction"], limits),
                       check_unnorm_key(fields.get("unnorm_key"), spec), proprio, encoded)
 
 
 def encode_action(action: np.ndarray, encoded: bool) -> bytes:
-    """The answer body: ``action`` json-numpy encoded (what OpenVLA's ``JSONResponse(action)`` writes with
-    json-numpy patched), or that text as one JSON string for a double-encoded request."""
-    text = json_numpy.dumps(np.ascontiguousarray(action))
+    """The answer body: an (A,) ``action`` json-numpy encoded (what OpenVLA's ``JSONResponse(action)`` writes with
+    json-numpy patched); a (chunk, A) one as a list of per-step arrays (OFT's answer); for a double-encoded
+    request, that text as one JSON string."""
+    value: Any = np.ascontiguousarray(action)
+    if value.ndim == 2:
+        value = [np.ascontiguousarray(step) for step in value]
+    text = json_numpy.dumps(value)
     return (json.dumps(text) if encoded else text).encode()
