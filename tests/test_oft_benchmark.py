@@ -1,6 +1,6 @@
 """The control-step benchmark on OpenVLA-OFT (``prismatic_tr.bench.vla.oft_step``): the phases (names, their sum, MACs),
 the reduced visual tokens (2 images x K), baseline-first interleaving, fidelity against the model's own
-``predict_action``, llm settings skipped, and the command with ``--preset tiny-oft`` / a bad preset. Tiny OFT preset
+``predict_action``, the llm site inside the one pass, and the command with ``--preset tiny-oft`` / a bad preset. Tiny OFT preset
 (2 images, proprio 8, chunk 8 x 7, L1 head; random weights, fp32) on the CPU; timings never asserted."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from vla_scripts import benchmark
 
 PATCHES = 256  # per 224 px image of the tiny towers
 SETTINGS = ["diverse:0.25", "vision:diverse:0.1@0.25"]
+LLM = "llm:attention:0.5@0.25"  # visual tokens dropped after layer 1 of 2 inside the one pass
 # (spec, keep per image): the visual tokens the language model receives are 2 images x K
 TOKEN_CASES = [("diverse:0.25", num_kept(PATCHES, 0.25)), ("vision:diverse:0.1@0.25", num_kept(PATCHES, 0.1))]
 
@@ -45,12 +46,10 @@ def inputs(vla) -> dict:
 
 @pytest.fixture(scope="module")
 def run(vla, inputs):
-    """One benchmark over a projector, a vision and an llm setting (the last skipped), with the model's actions before
-    and after."""
+    """One benchmark over a projector, a vision and an llm setting, with the model's actions before and after."""
     before = predict(vla, inputs)
-    with pytest.warns(UserWarning, match="llm:attention:0.5@0.25 skipped: the llm site is refused on OpenVLA-OFT"):
-        records = benchmark_token_reduction(vla, inputs, methods=[], extra_settings=[*SETTINGS, "llm:attention:0.5@0.25"],
-                                            num_runs=2, warmup=0, progress=False)
+    records = benchmark_token_reduction(vla, inputs, methods=[], extra_settings=[*SETTINGS, LLM], num_runs=2,
+                                        warmup=0, progress=False)
     return records, before, predict(vla, inputs)
 
 
@@ -67,7 +66,7 @@ def test_inputs_hold_two_images_and_proprio(inputs):
 
 def test_records_are_ofts_phases_baseline_first(run):
     records = run[0]
-    assert [r["setting"] for r in records] == ["none", *SETTINGS]  # the llm setting skipped
+    assert [r["setting"] for r in records] == ["none", *SETTINGS, LLM]
     for rec in records:
         assert rec["model_kind"] == "openvla-oft"
         for phase in (*OFT_PHASES, "total"):
@@ -103,6 +102,14 @@ def test_reduced_visual_tokens_are_two_images_times_k(run, vla, spec, keep):
     assert rec["projected_shape"] == [1, 2 * keep + 1, llm_dim]  # the proprio token after the visual ones
     assert rec["seq_len"] == base["seq_len"] - 2 * (PATCHES - keep)
     assert rec["action_hidden_shape"] == [1, 56, llm_dim] and rec["actions_shape"] == [1, 8, 7]
+
+
+def test_the_llm_row_keeps_every_visual_token_until_its_layer(run, vla):
+    base, rec = run[0][0], next(r for r in run[0] if r["setting"] == LLM)
+    assert rec["num_patches"] == 2 * PATCHES and rec["llm_visual_tokens"] == num_kept(2 * PATCHES, 0.5)
+    assert rec["seq_len"] == base["seq_len"]  # the pass starts with every token; it drops them after layer 1
+    assert rec["action_hidden_shape"] == [1, 56, vla.config.text_config.hidden_size]
+    assert rec["actions_shape"] == [1, 8, 7] and rec["action_max_abs"] > 0
 
 
 def test_fidelity_against_predict_action(run):
@@ -194,20 +201,19 @@ def test_tiny_oft_run_of_the_command(tmp_path, capsys):
     out = tmp_path / "bench"
     try:
         records = benchmark.main(benchmark.parse_config([
-            "--preset", "tiny-oft", "--methods", "[]", "--settings", "[diverse:0.25,llm:attention:0.5@0.25]",
+            "--preset", "tiny-oft", "--methods", "[]", "--settings", f"[diverse:0.25,{LLM}]",
             "--num_runs", "1", "--warmup", "0", "--dtype", "float32", "--progress", "false", "--num_threads", "1",
             "--policy_episodes", "3", "--output_dir", str(out),
         ]))
     finally:
         torch.set_num_threads(saved)
     stdout = capsys.readouterr().out
-    assert "note: setting llm:attention:0.5@0.25 skipped" in stdout
     assert "there is no OpenVLA-OFT policy yet" in stdout and "llm (the one parallel pass)" in stdout
-    assert [r["setting"] for r in records] == ["none", "diverse:0.25"]
+    assert [r["setting"] for r in records] == ["none", "diverse:0.25", LLM]
     assert all(r.get("success_rate") is None for r in records)  # no episodes were run
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["config"]["preset"] == "tiny-oft"
-    assert list(data["meta"]["skipped_settings"]) == ["llm:attention:0.5@0.25"]
+    assert "skipped_settings" not in data["meta"]
     assert data["meta"]["policy_fidelity"].startswith("not measured: there is no OpenVLA-OFT policy yet")
-    assert [r["num_patches"] for r in data["records"]] == [2 * PATCHES, 2 * num_kept(PATCHES, 0.25)]
+    assert [r["num_patches"] for r in data["records"]] == [2 * PATCHES, 2 * num_kept(PATCHES, 0.25), 2 * PATCHES]
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -267,9 +267,83 @@ def test_kept_tokens_keep_their_original_positions(site, images):
     assert (seen["hidden"] - by_hand(torch.arange(t)[None])).abs().max() > 1e-2, "the test is not sensitive"
 
 
-def test_the_llm_site_is_refused():
-    with pytest.raises(ValueError, match="OpenVLA-OFT"):
-        apply_token_reduction_to_vla(tiny(), site="llm", reduction_ratio=0.5)
+def blind_after(layer: int, kept: torch.Tensor, num_visual: int) -> Any:
+    """A stand-in for ``oft.every_layer_gets``: layers before ``layer`` get the pass's mask (an explicit causal one
+    when it is None), later layers the same with the visual positions 1 .. num_visual not in ``kept`` masked as
+    keys: the unpruned pass in which the tokens the llm site dropped are invisible from ``layer`` on."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def every_layer_gets(lm: Any, bias: torch.Tensor | None) -> Any:
+        def mask_for(i: int, hidden: torch.Tensor) -> torch.Tensor:
+            t = hidden.shape[1]
+            low = torch.finfo(hidden.dtype).min
+            base = bias if bias is not None else torch.full((t, t), low, dtype=hidden.dtype).triu(1)[None, None]
+            columns = torch.zeros(t, dtype=torch.bool)
+            columns[1 : 1 + num_visual] = True
+            columns[kept] = False
+            return base.masked_fill(columns, low) if i >= layer else base
+
+        def hook(i: int) -> Any:
+            return lambda m, args, kwargs: (args, {**kwargs, "attention_mask": mask_for(i, kwargs["hidden_states"]
+                                                                                      if "hidden_states" in kwargs
+                                                                                      else args[0])})
+        hooks = [m.register_forward_pre_hook(hook(i), with_kwargs=True, prepend=True)
+                 for i, m in enumerate(lm.model.layers)]
+        try:
+            yield
+        finally:
+            for h in hooks:
+                h.remove()
+
+    return every_layer_gets
+
+
+@pytest.mark.parametrize("attention", ["causal", "bidirectional_actions"])
+def test_the_llm_site_drops_visual_tokens_inside_the_one_pass(attention, monkeypatch):
+    """The pass with the llm site (keep 0.25 after layer 1 of 2) equals the unpruned pass in which the dropped
+    visual tokens are invisible from layer 1 on (at their original positions, action slots read unmoved); the
+    proprio token and the prompt are never dropped; undo is exact; no host sync."""
+    from prismatic_tr.bench.measure.ops import find_host_syncs
+    from prismatic_tr.models import oft as oft_module
+    from prismatic_tr.vla.scope import reduction_call
+
+    vla = tiny(2, attention=attention)
+    sharpen_attention(vla.language_model)
+    inputs, state = tiny_inputs(2), np.linspace(-1, 1, 8)
+    before, before_hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+    keys = list(vla.state_dict())
+    apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.25, depth_fraction=0.5)
+    try:
+        assert visual_token_count(vla) == 512  # the projector still hands the pass every token
+        with torch.no_grad(), reduction_call(vla) as call:
+            actions, hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+        kept = call.llm_kept
+        assert kept.shape == (1, 128) and torch.all(kept.diff(dim=1) > 0) and int(kept.max()) < 512
+        prompt = vla.make_prompt(inputs["input_ids"], None, for_actions=True)
+        observation = vla.embed_observation(inputs["pixel_values"], torch.as_tensor(state[None], dtype=torch.float32))
+        syncs = find_host_syncs(lambda: vla.run_action_pass(prompt, observation))
+        assert not syncs, syncs
+    finally:
+        remove_token_reduction(vla)
+    assert np.array_equal(vla.predict_action(**inputs, proprio=state), before), "undo must be exact"
+    assert list(vla.state_dict()) == keys
+    monkeypatch.setattr(oft_module, "every_layer_gets", blind_after(1, 1 + kept[0], 512))
+    ref_actions, ref_hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+    torch.testing.assert_close(hidden, ref_hidden, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(actions, ref_actions, rtol=0, atol=ATOL)
+    assert (hidden - before_hidden).abs().max() > 1e-3, "the test is not sensitive"
+
+
+def test_the_llm_site_is_refused_on_ofts_own_model_code():
+    """A model whose predict_action takes an action_head but does not announce its pass (OFT's own code)."""
+    from prismatic_tr.vla.sites.llm import LLMSiteHandle
+
+    vla = tiny()
+    vla.__dict__["llm_site_in_pass"] = False  # as OFT's OpenVLAForActionPrediction, which lacks the attribute
+    with pytest.raises(ValueError, match="OpenVLA-OFT's own model code"):
+        apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.5)
+    assert LLMSiteHandle is not None
 
 
 # --- persistence and loading errors ---

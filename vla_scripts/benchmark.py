@@ -30,8 +30,8 @@ overrides the profile's value.
 
 ``--preset cpu-bench-oft`` (or ``tiny-oft``, or an OpenVLA-OFT checkpoint at ``--vla_path``) times OpenVLA-OFT: two
 224 px images and a proprio state per step (sizes from the model's config), one parallel pass for a chunk of 8 x 7
-actions, the L1 head; phases vision, reducer, projector (+ proprio), llm (the one pass), head. Settings at the llm
-site are skipped with a note (the site is refused on OFT today); there are no policy success columns, as there is no
+actions, the L1 head; phases vision, reducer, projector (+ proprio), llm (the one pass), head. Every site runs there
+(the llm site drops visual tokens inside the one pass); there are no policy success columns, as there is no
 OpenVLA-OFT policy yet (the output says so).
 
 With ``--vla_path`` the rows describe that checkpoint only: the bundled policy's success is added only when the

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prismatic_tr.llm.calls import announce_prefill
 from prismatic_tr.reducers.tensor_ops import take_along
 
 from .checkpoint import auto_maps, load_weights_
@@ -80,14 +81,21 @@ def normalize_oft_proprio(state: np.ndarray, stats: dict[str, Any], normalizatio
 _MASK_SKIPS_PREPARATION = importlib.util.find_spec("transformers.masking_utils") is not None
 
 
-def run_decoder(lm: nn.Module, inputs: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def run_decoder(lm: nn.Module, inputs: torch.Tensor, bias: torch.Tensor | None,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """``lm.model`` once over ``inputs`` (B, T, D), no cache, at positions 0 .. T - 1, every layer attending with
-    ``bias`` (B, 1, T, T) additive, or causally when None; the last hidden states (B, T, D). No host sync on either
-    stack: transformers gets no mask (4.40) or a placeholder 4-D one (5.x) that the layers never see."""
+    ``bias`` (B, 1, T, T) additive, or causally when None; the last hidden states (B, T', D). No host sync on either
+    stack: transformers gets no mask (4.40) or a placeholder 4-D one (5.x) that the layers never see.
+
+    The pass announces itself as a prefill (:func:`prismatic_tr.llm.announce_prefill`, ``key_mask`` (B, T) real
+    tokens first, or None): the ``llm`` reduction site then drops visual tokens after its layer for the rest of
+    this pass (positions, rotary embeddings and ``bias`` gathered with them), so T' = T minus the tokens dropped;
+    without that site T' = T."""
     b, t = inputs.shape[:2]
     placeholder = inputs.new_zeros(1, 1, 1, 1).expand(b, 1, t, t) if _MASK_SKIPS_PREPARATION else None
-    with every_layer_gets(lm, bias):
-        out = lm.model(inputs_embeds=inputs, attention_mask=placeholder, use_cache=False)
+    positions = torch.arange(t, device=inputs.device).expand(b, t)
+    with every_layer_gets(lm, bias), announce_prefill(lm.model, key_mask):
+        out = lm.model(inputs_embeds=inputs, attention_mask=placeholder, position_ids=positions, use_cache=False)
     return out.last_hidden_state
 
 
@@ -95,6 +103,9 @@ class NativeOpenVLAOFT(NativeOpenVLA):
     """OpenVLA-OFT, natively (see the module docstring)."""
 
     vision_backbone_class = OFTVisionBackbone
+    # the one pass announces itself and reads its slots behind whatever the llm site dropped (run_decoder), so that
+    # site may be attached (OFT's own code reads the slots at fixed offsets and refuses it)
+    llm_site_in_pass = True
 
     def __init__(self, config: NativeOpenVLAOFTConfig) -> None:
         super().__init__(config)
@@ -148,8 +159,9 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         slot = insert_flags(seq.slot.to(ids.device), v, False)
         key_mask = insert_flags(seq.key_mask.to(ids.device), v, True) if seq.key_mask is not None else None
         bias = attention_bias(s.attention, slot, key_mask, inputs.dtype)
-        hidden = run_decoder(self.language_model, inputs, bias)
-        index = slot_hidden_index(seq.prompt_len, seq.ids.shape[1], v, slots, b, ids.device)
+        hidden = run_decoder(self.language_model, inputs, bias, key_mask)
+        dropped = inputs.shape[1] - hidden.shape[1]  # visual tokens the llm site dropped inside the pass (static)
+        index = slot_hidden_index(seq.prompt_len, seq.ids.shape[1], v - dropped, slots, b, ids.device)
         return take_along(hidden, index)
 
     def actions_from_hidden(self, hidden: torch.Tensor, action_head: Any = None) -> np.ndarray:

@@ -40,12 +40,11 @@ its step: vision, reducer, projector, llm (the one parallel pass), head; ``model
   ``action_mae`` (mean |delta| of the un-normalised actions), ``first_token_kl`` (KL(base || reduced) of
   the first action token's distribution, nats). OFT has no action tokens: ``action_mae``, ``action_max_abs``
   over the chunk, and ``step_action_max_diff`` (the timed step against ``predict_action``).
-* Settings at a site that OFT refuses (the llm site) are skipped with a warning (``oft_step.OFT_UNSUPPORTED_SITES``).
+* Every site runs on OFT: the llm site drops visual tokens inside the one pass (``models.oft.run_decoder``).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,7 +64,7 @@ from prismatic_tr.bench.vla.measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.vla.oft_step import OFTStep, is_oft, oft_skip_reason
+from prismatic_tr.bench.vla.oft_step import OFTStep, is_oft
 from prismatic_tr.bench.vla.phases import OPENVLA_STEP, StepPhases
 from prismatic_tr.bench.vla.step import PolicyStep, StepBase, StepInputs, prepare_inputs, timed_call
 from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
@@ -174,15 +173,6 @@ def _fidelity(step: StepBase, base: Any, answer: Any, out: Any, unnorm_key: str)
     return fidelity(base, answer, out.tokens)
 
 
-def supported_settings(vla: nn.Module, settings: list[Setting]) -> tuple[list[Setting], dict[str, str]]:
-    """(the settings ``vla`` can run, {label: why not} for the others): on OFT a setting with a part at a site
-    that OFT refuses is skipped (:data:`~prismatic_tr.bench.vla.oft_step.OFT_UNSUPPORTED_SITES`)."""
-    if not is_oft(vla):
-        return settings, {}
-    skipped = {s.label: reason for s in settings if (reason := oft_skip_reason(s)) is not None}
-    return [s for s in settings if s.label not in skipped], skipped
-
-
 def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnorm_key: str) -> dict:
     """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs, memory, fidelity."""
     reseed(vla)
@@ -237,7 +227,7 @@ def benchmark_token_reduction(
         device: where the model lives (default: its parameters' device); must match the model.
         unnorm_key: dataset key of ``vla.norm_stats`` for un-normalising actions (default: the first).
         num_action_tokens: action tokens decoded per step (default: the model's ``get_action_dim``, 7).
-        seed: seed of the ``random`` strategy. Settings OFT cannot run (llm site) are skipped with a warning.
+        seed: seed of the ``random`` strategy.
         on_progress: called with ``"record"`` after each setting's untimed measurements and ``"round"`` after each
             setting's warm-up or timed round (a caller's progress bar; the built-in one is then off).
 
@@ -252,9 +242,6 @@ def benchmark_token_reduction(
                                   + [x if isinstance(x, Setting) else parse_setting(x) for x in extra_settings]))
     dev = check_device(vla, device)
     unnorm_key = pick_unnorm_key(vla, unnorm_key)
-    settings, skipped = supported_settings(vla, settings)
-    for label, reason in skipped.items():
-        warnings.warn(f"setting {label} skipped: {reason}", stacklevel=2)
     if num_action_tokens is None:
         get_dim = getattr(unwrap_vla(vla), "get_action_dim", None)
         num_action_tokens = int(get_dim(unnorm_key)) if callable(get_dim) else 7

@@ -187,25 +187,12 @@ def job_progress(cfg: BenchmarkConfig, settings: int, oft: bool = False) -> Any:
     return JobProgress(plan, desc="benchmark", enabled=cfg.progress)
 
 
-def count_settings(cfg: BenchmarkConfig, skipped: int = 0) -> int:
-    """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats, less
-    the ``skipped`` ones (:func:`skip_unsupported`)."""
+def count_settings(cfg: BenchmarkConfig) -> int:
+    """Rows the job will have: the baseline, the method x ratio grid and the further specs, without repeats."""
     from prismatic_tr.vla.spec import build_settings, parse_setting
 
     grid = build_settings(cfg.methods, cfg.ratios, cfg.spatial_merge_size)
-    return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings])) - skipped
-
-
-def skip_unsupported(vla: Any, specs: list[str]) -> tuple[list[str], dict[str, str]]:
-    """(the specs ``vla`` can run, {label: why not} for the others: the llm site on OpenVLA-OFT), with a printed
-    note for each one skipped."""
-    from prismatic_tr.bench.vla.benchmark import supported_settings
-    from prismatic_tr.vla.spec import parse_setting
-
-    _, skipped = supported_settings(vla, [parse_setting(spec) for spec in specs])
-    for label, reason in skipped.items():
-        print(f"note: setting {label} skipped: {reason}")
-    return [spec for spec in specs if parse_setting(spec).label not in skipped], skipped
+    return len(dict.fromkeys(grid + [parse_setting(s) for s in cfg.settings]))
 
 
 def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = None) -> dict[str, Any]:
@@ -273,18 +260,16 @@ def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str
     image_size = int(getattr(getattr(vla, "config", None), "image_sizes", [224])[0])
     num_images, proprio_dim = model_input_sizes(vla)
     inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed, num_images, proprio_dim)
-    specs, skipped = skip_unsupported(vla, cfg.settings)
     meta = run_metadata(cfg, source, device, dtype, load_at_start, why)
-    meta["skipped_settings"] = skipped
     print(f"model: {source} | device {device} | dtype {meta['dtype']} ({why}) | batch {cfg.batch_size}")
     if meta["random_weights"]:
         print("NOTE: the weights are RANDOM. Latencies are real; fidelity numbers (agreement, action error, KL) "
               "only show that the machinery works. Pass --vla_path for a trained checkpoint.")
-    progress = job_progress(cfg, count_settings(cfg, len(skipped)), oft=is_oft(vla))
+    progress = job_progress(cfg, count_settings(cfg), oft=is_oft(vla))
     records = benchmark_token_reduction(
         vla, inputs, methods=cfg.methods, ratios=cfg.ratios, spatial_merge_size=cfg.spatial_merge_size,
         num_runs=cfg.num_runs, warmup=cfg.warmup, progress=cfg.progress, unnorm_key=cfg.unnorm_key, seed=cfg.seed,
-        extra_settings=specs, on_progress=progress.step,
+        extra_settings=cfg.settings, on_progress=progress.step,
     )
     for rec in records:
         rec["dtype_reason"] = why

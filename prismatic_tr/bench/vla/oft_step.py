@@ -26,18 +26,6 @@ from prismatic_tr.models import NativeOpenVLAOFT
 from prismatic_tr.models.oft import unnormalize_oft_actions
 from prismatic_tr.vla import unwrap_vla
 from prismatic_tr.vla.scope import reduction_call
-from prismatic_tr.vla.spec import Setting
-
-# Why the benchmark skips a setting on OpenVLA-OFT, by site (vla/sites/llm.py refuses to attach it).
-OFT_UNSUPPORTED_SITES: dict[str, str] = {
-    "llm": "the llm site is refused on OpenVLA-OFT today (it prunes a generation prefill; OFT runs one parallel pass)",
-}
-
-
-def oft_skip_reason(setting: Setting) -> str | None:
-    """Why ``setting`` cannot run on OpenVLA-OFT (a part at a site it refuses), or None when it can."""
-    reasons = [OFT_UNSUPPORTED_SITES[p.site] for p in setting.parts if p.site in OFT_UNSUPPORTED_SITES]
-    return reasons[0] if reasons else None
 
 
 def is_oft(vla: nn.Module) -> bool:

@@ -6,8 +6,10 @@ a forward hook on the projector tells it how many visual tokens the current call
 receives every visual token, so the reported counts do not change. Only a generation's prefill is pruned (see
 :mod:`prismatic_tr.llm.patch`): a plain forward, with or without labels, equals the unreduced model. The pruned
 layers hold the kept positions only, at their original position ids: OpenVLA's autoregressive action tokens (the
-last position's logits) are exact consumers. OpenVLA-OFT reads every action position's hidden state from one
-plain forward, so attaching the site there is refused.
+last position's logits) are exact consumers. The native OpenVLA-OFT model announces its one parallel pass as a
+prefill: the visual tokens are dropped after the layer for the rest of that pass, and it reads its action slots
+behind them (:func:`prismatic_tr.models.oft.run_decoder`). OFT's own model code reads the slots at fixed
+offsets, so attaching the site there is refused.
 
 No parameter or ``state_dict`` key added, ``remove()`` (or leaving a ``with`` block) restores the model exactly,
 settings mirrored in ``vla.config.token_reduction``.
@@ -37,10 +39,11 @@ class LLMSiteHandle(SiteHandle):
 
     def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
         super().__init__(info, settings)
-        if is_oft_model(info.model):
-            raise ValueError("the llm site cannot be attached to OpenVLA-OFT: OFT reads every action position's "
-                             "hidden state from one parallel forward, and the site prunes positions; use the "
-                             "projector or vision site")
+        if is_oft_model(info.model) and not getattr(info.model, "llm_site_in_pass", False):
+            raise ValueError("the llm site cannot be attached to OpenVLA-OFT's own model code: it reads every action "
+                             "position's hidden state at fixed offsets from one parallel forward, and the site "
+                             "prunes positions; use the projector or vision site, or load the checkpoint natively "
+                             "(prismatic_tr.models.load_vla: NativeOpenVLAOFT takes the llm site inside its pass)")
         lm = getattr(info.model, "language_model", None)
         layers = getattr(getattr(lm, "model", None), "layers", None)
         if layers is None or len(layers) < 2:
