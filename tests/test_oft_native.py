@@ -450,3 +450,30 @@ def test_oft_presets():
 def test_oft_settings_need_local_files():
     with pytest.raises(ValueError, match="native loading"):
         load_vla("someone/not-cached-oft-model", oft={"platform": "libero"})
+
+
+@pytest.mark.parametrize("site", [None, "vision"])
+def test_images_batched_through_the_towers_equal_one_by_one(site):
+    """The native backbone runs the n images as one batch of n * B rows; OFT's code runs them one by one. Same
+    tokens (float rounding), and under the vision site the same patches kept per image."""
+    from prismatic_tr.vla.scope import reduction_call
+
+    vla = tiny(3)
+    px = pixels(3, 4, batch=2)
+    if site:
+        apply_token_reduction_to_vla(vla, "diverse", 0.25, site=site, depth_fraction=0.5)
+    try:
+        with torch.no_grad(), reduction_call(vla) as call:
+            batched = vla.vision_backbone(px)
+        one_by_one, kept = [], []
+        vla.vision_backbone.set_num_images_in_input(1)  # OFT's loop: one backbone call per image
+        for img in torch.split(px, 6, dim=1):
+            with torch.no_grad(), reduction_call(vla) as each:
+                one_by_one.append(vla.vision_backbone(img))
+            kept.append(each.kept)
+    finally:
+        vla.vision_backbone.set_num_images_in_input(3)
+        remove_token_reduction(vla)
+    torch.testing.assert_close(batched, torch.cat(one_by_one, dim=1), rtol=1e-5, atol=1e-5)
+    if site:
+        assert torch.equal(call.kept, torch.cat([k + m * 256 for m, k in enumerate(kept)], dim=1))

@@ -39,15 +39,23 @@ class OFTVisionBackbone(NativeVisionBackbone):
         self.num_images_in_input = n
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """(B, n * C, H, W) -> (B, n * N_patch, embed_dim): each image through the towers (hooks on the towers run
-        once per image), tokens concatenated in image order."""
+        """(B, n * C, H, W) -> (B, n * N_patch, embed_dim): every image through the towers on its own, tokens
+        concatenated in image order.
+
+        The n images go through the towers as one batch of n * B rows (image-major: rows ``m * B + b``), where OFT's
+        code loops over the images: each row is still one image (a reduction inside the towers selects per row, so
+        per image), the result is the same up to float rounding, and every weight is read once per step instead of
+        n times, which is what a reduced tower's late blocks are bound by on a CPU."""
         per_image = 3 * len(self.towers)
         n = self.num_images_in_input
         if pixel_values.dim() != 4 or pixel_values.shape[1] != n * per_image:
             raise ValueError(f"pixel_values has shape {tuple(pixel_values.shape)}; expected (B, {n * per_image}, H, W)"
                              f" for {n} image(s) of {per_image} channels (set_num_images_in_input changes n)")
-        images = torch.split(pixel_values, per_image, dim=1)
-        return torch.cat([super(OFTVisionBackbone, self).forward(img) for img in images], dim=1)
+        if n == 1:
+            return super().forward(pixel_values)
+        stacked = torch.cat(torch.split(pixel_values, per_image, dim=1), dim=0)    # (n * B, C, H, W)
+        tokens = super().forward(stacked)                                          # (n * B, N, D)
+        return torch.cat(torch.split(tokens, pixel_values.shape[0], dim=0), dim=1)  # (B, n * N, D)
 
 
 # follows OpenVLA-OFT 213c5ff8 prismatic/models/projectors.py ProprioProjector (MIT, see NOTICE): layer names and order.

@@ -2,8 +2,8 @@
 
 :func:`prismatic_tr.vit.shared.apply_shared_selection` on the backbone's towers (``featurizer`` scores,
 ``fused_featurizer`` follows), so the blocks after ``depth_fraction`` of each tower and the projector run on the
-kept patches. OpenVLA-OFT's backbone runs the towers once per image: each image is selected on its own, to the
-same K. After the backbone's forward the patches each image kept are handed on as positions among the
+kept patches. OpenVLA-OFT's backbone runs the towers on each image (the native one as one batch of n * B rows):
+each image is selected on its own, to the same K. After the backbone's forward the patches each image kept are handed on as positions among the
 unreduced ones (image ``m``'s patch ``i`` at ``m * P + i``). The backbone reports the kept count per image
 (``get_num_patches()``), as with the projector site, in whose slot it sits. No parameter or ``state_dict`` key
 added to the model; ``remove()`` restores it exactly. Method ``"learned"``: the handle owns the scorer
@@ -77,12 +77,14 @@ class VisionSiteHandle(BackboneSlotHandle):
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """The towers already reduced ``features`` (B, n * K, D): hand on where the n images' kept patches sit."""
         k = self.reduced_num_patches_per_image()
-        images = features.shape[1] // k
-        chosen = self._chosen[len(self._chosen) - images :]
+        b, images = features.shape[0], features.shape[1] // k
+        # the towers ran once per image (B rows each) or once on all images as n * B rows, image-major
+        rows = torch.cat(self._chosen, dim=0) if self._chosen else features.new_zeros(0, k, dtype=torch.long)
+        chosen = list(rows[rows.shape[0] - images * b :].split(b)) if rows.shape[0] >= images * b else []
         self._chosen.clear()
         if len(chosen) != images or features.shape[1] != images * k:
             raise ValueError(f"the vision backbone returned {features.shape[1]} tokens per sample but its towers "
-                             f"chose {len(chosen)} image(s) of {k} patches in this forward")
+                             f"chose {rows.shape[0] // max(b, 1)} image(s) of {k} patches in this forward")
         p = self.patches_per_image
         self.hand_on(torch.cat([idx + m * p for m, idx in enumerate(chosen)], dim=1), images * p)
         return features
