@@ -39,6 +39,7 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
         "--warmup", "0", "--dtype", "float32", "--progress", "false", "--output_dir", str(out),
         "--num_threads", "1",  # a tiny model gains nothing from threads
         "--settings", "vision:attention:0.5@0.5", "llm:attention:0.25@0.5", "--policy_episodes", "0",
+        "--oft", "true",  # then the same settings on tiny-oft, into <output_dir>/oft
     ]))
     stdout = capsys.readouterr().out
     assert "RANDOM" in stdout and "end to end" in stdout and "phase sum" in stdout and "wrote" in stdout
@@ -58,6 +59,11 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
     assert all(isinstance(r["noise_flag"], bool) for r in data["records"])
     assert [r["speedup"] for r in data["records"]] == [pytest.approx(float(r["speedup"])) for r in rows]
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    oft = json.loads((out / "oft" / "results.json").read_text())
+    assert oft["meta"]["config"]["preset"] == "tiny-oft" and "OpenVLA-OFT (tiny-oft" in stdout
+    assert [(r["model_kind"], r["num_patches"], r["llm_visual_tokens"]) for r in oft["records"]] == [
+        ("openvla-oft", 512, 512), ("openvla-oft", 256, 256), ("openvla-oft", 128, 128), ("openvla-oft", 256, 256),
+        ("openvla-oft", 512, 128)]
 
 
 def test_script_runs_as_a_program():
@@ -198,6 +204,25 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     # a flag given overrides the profile's value
     assert benchmark.parse_config(["--full", "true", "--policy_episodes", "7"]).policy_episodes == 7
     assert benchmark.parse_config(["--settings", "random:0.5"]).settings == ["random:0.5"]
+
+
+def test_the_main_job_also_times_openvla_oft_with_its_settings():
+    cfg = benchmark.parse_config([])
+    assert cfg.oft_rows()
+    oft = cfg.for_oft()
+    assert (oft.preset, oft.output_dir, oft.settings, oft.num_runs) == ("cpu-bench-oft", cfg.output_dir / "oft",
+                                                                        cfg.settings, cfg.num_runs)
+    assert (oft.policy_episodes, oft.validation_episodes, oft.adapters, oft.oft_rows()) == (0, 0, [], False)
+    for flags in (["--full", "true"], ["--preset", "tiny"], ["--oft", "false"]):
+        assert not benchmark.parse_config(flags).oft_rows(), flags
+    assert benchmark.parse_config(["--preset", "tiny", "--oft", "true"]).for_oft().preset == "tiny-oft"
+
+
+@pytest.mark.parametrize("flags", [["--preset", "tiny-oft", "--oft", "true"], ["--preset", "policy", "--oft", "true"]])
+def test_oft_rows_need_a_preset_with_an_oft_twin(flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        benchmark.parse_config(flags)
+    assert exc.value.code == 2 and "--oft true needs" in capsys.readouterr().err
 
 
 def test_bad_split_and_pool_specs_exit_2(capsys):

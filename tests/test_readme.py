@@ -60,6 +60,8 @@ def _copy_sources(root: Path) -> None:
     """The READMEs and every results file the tables read, into a scratch repository ``root``."""
     paths = ["README.md", "benchmarks/results/policy/README.md", str(readme_tables.POLICY_RESULTS),
              str(readme_tables.SELECTION_TEST), *map(str, readme_tables.SPEED_BY_DTYPE.values()),
+             *map(str, readme_tables.OFT_BY_DTYPE.values()),
+             *([str(readme_tables.MAIN_OFT)] if (ROOT / readme_tables.MAIN_OFT).is_file() else []),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/record.json")),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test.json"))]
     for rel in paths:
@@ -79,6 +81,18 @@ def test_a_changed_number_fails_the_check_until_rerendered(tmp_path: Path, capsy
     assert readme_tables.main(["--root", str(tmp_path)]) == 0
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
     assert re.search(r"\| 9\.87x\*? \|", (tmp_path / "README.md").read_text())
+
+
+def test_an_oft_number_fails_the_check_until_rerendered(tmp_path: Path, capsys) -> None:
+    _copy_sources(tmp_path)
+    results = tmp_path / readme_tables.OFT_BY_DTYPE["bfloat16"]
+    data = json.loads(results.read_text())
+    data["records"][1]["predict_action_speedup"] = 7.65
+    results.write_text(json.dumps(data))
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
+    assert readme_tables.main(["--root", str(tmp_path)]) == 0
+    section = (tmp_path / "README.md").read_text().split("<!-- table:oft start -->")[1]
+    assert "| **7.65x** |" in section.split("<!-- table:oft end -->")[0]
 
 
 def test_missing_markers_or_files_are_named(tmp_path: Path, capsys) -> None:

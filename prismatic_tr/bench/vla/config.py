@@ -7,6 +7,7 @@ The command is ``vla_scripts/benchmark.py`` (entry point ``prismatic-tr-benchmar
 No ``from __future__ import annotations`` here: draccus 0.8 (OpenVLA's pins) needs the field types as objects.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ FULL_SITE_SETTINGS = [
 # The shipped LoRA adapters (prismatic_tr/assets/adapters), each run under its own setting beside that setting
 # training-free; the LoRA is merged into the weights, so a step with an adapter is its setting's step (not timed).
 SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+# The OpenVLA-OFT twin of each preset (its towers and LLM, 2 images, proprio, one pass) that ``--oft`` times after
+# the preset's own rows; the main job (no --preset) times cpu-bench-oft.
+OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft"}
 # Each profile's values for the flags a user leaves unset. The main job's budget (10 minutes on 2 cores): 3 timed
 # rounds, 50 test episodes to report and 30 validation episodes to choose the best setting, per row.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -91,7 +95,20 @@ class BenchmarkConfig:
     progress: bool = True                      # one progress bar over the whole job, with the time left
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
+    oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny) with the same settings into <output_dir>/oft (null: in the main job, i.e. neither --full, --preset nor --vla_path)
     # fmt: on
+
+    def oft_rows(self) -> bool:
+        """Whether the job goes on to time the preset's OpenVLA-OFT twin (:meth:`for_oft`) after its own rows."""
+        if self.oft is not None:
+            return bool(self.oft)
+        return not self.full and self.preset is None and self.vla_path is None
+
+    def for_oft(self) -> "BenchmarkConfig":
+        """This job's settings, rounds, dtype and threads on the preset's OFT twin (:data:`OFT_TWINS`): no policy
+        episodes (there is no OFT policy yet), no adapters, written to ``<output_dir>/oft``."""
+        return dataclasses.replace(self, preset=OFT_TWINS[self.preset], output_dir=self.output_dir / "oft",
+                                   policy_episodes=0, validation_episodes=0, adapters=[], oft=False)
 
     def _apply_profile(self) -> None:
         """Fill every flag left unset from the profile (``main``, or ``full`` with ``--full true``)."""
@@ -135,6 +152,10 @@ class BenchmarkConfig:
             raise ValueError("--instruction is empty; give the task text of the prompt")
         if self.output_dir.exists() and not self.output_dir.is_dir():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
+        if self.oft and (self.vla_path is not None or self.preset not in OFT_TWINS):
+            raise ValueError(f"--oft true needs no --vla_path and a --preset with an OpenVLA-OFT twin "
+                             f"({', '.join(str(k) for k in OFT_TWINS if k)}, or none for cpu-bench); got --preset "
+                             f"{self.preset!r}" + (" and --vla_path" if self.vla_path else ""))
         model_config = self._model_config()  # before any model is built
         self._check_against_model(model_config)
 

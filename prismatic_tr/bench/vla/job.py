@@ -311,4 +311,9 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
         print(f"benchmark.py: --strict: {meta['noisy_rows']} noisy rows; exiting with status {EXIT_NOISY}",
               file=sys.stderr)
         raise SystemExit(EXIT_NOISY)
+    if cfg.oft_rows():
+        oft = cfg.for_oft()
+        print(f"\nOpenVLA-OFT ({oft.preset}: 2 images, proprio, one parallel pass), the same settings -> {oft.output_dir}")
+        run_benchmark(oft)
+        print(f"whole job (OpenVLA and OpenVLA-OFT rows) finished in {time.perf_counter() - start:.0f} s")
     return records

@@ -3,7 +3,9 @@
 Sources, all under ``benchmarks/results/``: ``policy/results.json`` (the main job: end-to-end speed, success on
 test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 test episodes per setting),
 ``finetune_reduced/<adapter run>/eval_test.json`` (100 test episodes per shipped adapter) and
-``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine).
+``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine),
+``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes) and
+``policy/oft/results.json`` (the main job's OpenVLA-OFT rows).
 Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
 between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
 ``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
@@ -30,6 +32,9 @@ SELECTION_TEST = RESULTS / "selection" / "eval_test.json"
 FINETUNE = RESULTS / "finetune_reduced"
 SPEED_BY_DTYPE = {"float32": FINETUNE / "speed_float32" / "results.json",
                   "bfloat16": FINETUNE / "speed_bfloat16" / "results.json"}
+OFT_BY_DTYPE = {"float32": RESULTS / "oft" / "float32" / "results.json",
+               "bfloat16": RESULTS / "oft" / "bfloat16" / "results.json"}
+MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
 ADAPTERS = Path("prismatic_tr/assets/adapters")
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
@@ -43,6 +48,8 @@ class Sources:
     test100: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test.json
     adapter_test100: dict[str, dict[str, Any]]  # adapter name -> its setting's record of its run's eval_test.json
     by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
+    oft: dict[str, dict[str, Any]]  # dtype -> oft/<dtype>/results.json ({"meta", "records"})
+    main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -50,7 +57,9 @@ class Sources:
         names = [r["adapter"] for r in main["records"] if r.get("adapter")]
         return cls(main=main, test100=_by_setting(root / SELECTION_TEST),
                    adapter_test100={n: _adapter_test(root, n) for n in names},
-                   by_dtype={d: _by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()})
+                   by_dtype={d: _by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()},
+                   oft={d: _json(root / p) for d, p in OFT_BY_DTYPE.items()},
+                   main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None)
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -235,10 +244,50 @@ def policy_table(src: Sources) -> str:
     return "\n".join(facts + _table(header, rows))
 
 
+def oft_rows(runs: dict[str, dict[str, Any]]) -> str:
+    """OpenVLA-OFT rows of one or more runs (dtype -> results), settings in the first run's order: per dtype the
+    end-to-end speedup and ``predict_action`` ms, where the step's time goes (vision / the one pass / head) and
+    the process's peak memory."""
+    first = next(iter(runs.values()))["records"]
+    by = {d: {r["setting"]: r for r in run["records"]} for d, run in runs.items()}
+    header = ["setting", "cut", "visual tokens into / through the pass"]
+    for d in runs:
+        header += [f"{d}: end to end", f"{d}: predict_action ms", f"{d}: vision / pass / head ms", f"{d}: peak MB"]
+    rows = []
+    for rec in first:
+        row = [f"`{rec['setting']}`", rec.get("cut") or "none", f"{rec['num_patches']} / {rec['llm_visual_tokens']}"]
+        for d in runs:
+            r = by[d].get(rec["setting"])
+            row += (["-"] * 4 if r is None else [
+                f"**{end_to_end(r)}**", f"{r['predict_action_ms']:.0f}",
+                f"{r['vision_ms']:.0f} / {r['llm_ms']:.0f} / {r['head_ms']:.0f}", f"{r['peak_memory_mb']:.0f}"])
+        rows.append(row)
+    facts = []
+    for d, run in runs.items():
+        meta = run["meta"]
+        facts.append(f"- {d}: `{meta.get('command', '?')}`; {meta.get('date_utc', '?')[:16]} UTC; {cpu_words(meta)}; "
+                     f"{meta.get('noisy_rows', '?')} rows flagged noisy; {meta.get('wall_s', '?')} s.")
+    return "\n".join(_table(header, rows) + ["", *facts])
+
+
+def oft_table(src: Sources) -> str:
+    """README.md, OpenVLA-OFT: cpu-bench-oft in float32 and bfloat16 (benchmarks/results/oft)."""
+    return oft_rows(src.oft)
+
+
+def main_oft_table(src: Sources) -> str:
+    """benchmarks/results/policy/README.md: the main job's OpenVLA-OFT rows (policy/oft/results.json)."""
+    if src.main_oft is None:
+        return "Not run: no `benchmarks/results/policy/oft/results.json`."
+    return oft_rows({src.main_oft["meta"].get("dtype", "?"): src.main_oft})
+
+
 # (README path relative to the root, table name, renderer)
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "main", main_table),
     ("benchmarks/results/policy/README.md", "policy", policy_table),
+    ("README.md", "oft", oft_table),
+    ("benchmarks/results/policy/README.md", "oft", main_oft_table),
 )
 
 
