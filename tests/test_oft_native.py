@@ -477,3 +477,97 @@ def test_images_batched_through_the_towers_equal_one_by_one(site):
     torch.testing.assert_close(batched, torch.cat(one_by_one, dim=1), rtol=1e-5, atol=1e-5)
     if site:
         assert torch.equal(call.kept, torch.cat([k + m * 256 for m, k in enumerate(kept)], dim=1))
+
+
+# --- an unmerged LoRA (OFT's lora_adapter/ without merged weights) ---
+
+
+def write_unmerged(vla: NativeOpenVLAOFT, base: Path, out: Path) -> NativeOpenVLAOFT:
+    """``vla`` saved as the base, then a LoRA on every linear layer of its towers, projector and Llama (OFT's
+    finetune.py: "all-linear") with non-zero weights saved as ``out/lora_adapter`` beside new heads and the statistics (no model
+    weights in ``out``); returns the model with the LoRA merged and the new heads: what loading ``out`` must give."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    vla.save_pretrained(base)
+    build_processor(vla.config).save_pretrained(base)
+    tuned = copy.deepcopy(vla)
+    weights = tuned.weights_module()
+    # every linear layer but the LM head: OFT's "all-linear" (which PEFT 0.11 takes on transformers models only)
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in weights.named_modules() if isinstance(m, torch.nn.Linear)}
+                    - {"lm_head"})
+    peft = get_peft_model(weights, LoraConfig(r=4, lora_alpha=8, target_modules=linear, init_lora_weights="gaussian"))
+    with torch.no_grad():
+        for name, param in peft.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))) * 0.02)
+    peft.peft_config["default"].base_model_name_or_path = str(base)
+    peft.save_pretrained(out / "lora_adapter")
+    peft.merge_and_unload()
+    with torch.no_grad():
+        for p in [*tuned.action_head.parameters(), *tuned.proprio_projector.parameters()]:
+            p.add_(0.01)
+    from prismatic_tr.models.oft_checkpoint import save_components
+
+    save_components(tuned, out)
+    return tuned
+
+
+def test_an_unmerged_lora_checkpoint_loads_merged_onto_its_base(tmp_path):
+    vla = tiny(2, seed=7)
+    tuned = write_unmerged(vla, tmp_path / "base", tmp_path / "ckpt")
+    assert not any((tmp_path / "ckpt").glob("*.safetensors"))
+    loaded, processor = load_vla(tmp_path / "ckpt")  # the base recorded in the adapter
+    inputs = tiny_inputs(2)
+    want = tuned.predict_action(**inputs, proprio=np.ones(8))
+    np.testing.assert_allclose(loaded.predict_action(**inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
+    assert np.abs(want - vla.predict_action(**inputs, proprio=np.ones(8))).max() > 1e-4, "the LoRA changes nothing"
+    assert processor is not None
+    again, _ = load_vla(tmp_path / "ckpt", base=tmp_path / "base")
+    np.testing.assert_allclose(again.predict_action(**inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
+
+
+def test_an_unmerged_lora_checkpoint_names_what_is_wrong(tmp_path):
+    import shutil
+
+    vla = tiny(2, seed=7)
+    write_unmerged(vla, tmp_path / "base", tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="pass base="):
+        load_vla(tmp_path / "ckpt", base=tmp_path / "nowhere")
+    other = tmp_path / "other_base"  # a base with one Llama layer fewer: the adapter's layer-1 tensors match nothing
+    small = build_oft_vla("tiny", oft={"num_images_in_input": 2}, seed=1)
+    small.language_model.model.layers = small.language_model.model.layers[:1]
+    small.config.text_config.num_hidden_layers = 1
+    small.save_pretrained(other)
+    shutil.copy(tmp_path / "base" / "preprocessor_config.json", other)
+    with pytest.raises(ValueError, match="saved tensors matching no layer"):
+        load_vla(tmp_path / "ckpt", base=other)
+
+
+def test_an_unmerged_lora_saved_by_ofts_code_loads_as_ofts_merge_gives(tmp_path):
+    """Pins: LoRA "all-linear" on OFT's own model (as its finetune.py), saved as lora_adapter/ beside OFT's heads and
+    statistics; the native load onto the base equals OFT's merged model (merge_and_unload) acting."""
+    from helpers.oft_checkpoint import oft_reference, save_component, write_oft_checkpoint
+    from peft import LoraConfig, get_peft_model
+
+    ref = oft_reference()
+    base = write_oft_checkpoint(ref, tmp_path / "base")
+    before, _ = native_actions(load_vla(base)[0], 2, True, seed=2)
+    peft = get_peft_model(ref["vla"], LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                 init_lora_weights="gaussian"))
+    with torch.no_grad():
+        for name, param in peft.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))) * 0.02)
+    out = tmp_path / "unmerged"
+    peft.save_pretrained(out / "lora_adapter")
+    save_component(ref["action_head"], out / "action_head--150000_checkpoint.pt")
+    save_component(ref["proprio_projector"], out / "proprio_projector--150000_checkpoint.pt")
+    (out / "dataset_statistics.json").write_text(json.dumps(ref["vla"].norm_stats))
+    ref["vla"] = peft.merge_and_unload()
+    loaded, _ = load_vla(out, base=base)
+    expected, _ = reference_actions(ref, 2, True, True, seed=2)
+    actions, _ = native_actions(loaded, 2, True, seed=2)
+    np.testing.assert_allclose(actions, expected, rtol=0, atol=ATOL)
+    assert np.abs(actions - before).max() > 1e-4, "the LoRA changes nothing"

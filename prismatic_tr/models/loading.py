@@ -20,6 +20,7 @@ from .config import MODEL_TYPE
 from .modeling import NativeOpenVLA, read_config_dict
 from .oft import NativeOpenVLAOFT
 from .oft_checkpoint import is_oft_checkpoint
+from .oft_lora import adapter_base, unmerged_adapter
 from .processor import PROCESSOR_CONFIG, PrismaticProcessor, build_processor
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -38,11 +39,14 @@ def native_problem(config: dict[str, Any]) -> str | None:
 
 
 def load_native(path: str, dtype: torch.dtype | None, device: str | torch.device,
-                oft: dict[str, Any] | None = None) -> tuple[NativeOpenVLA, Any]:
+                oft: dict[str, Any] | None = None, base: str | os.PathLike | None = None) -> tuple[NativeOpenVLA, Any]:
     """A checkpoint directory -> (NativeOpenVLA, or NativeOpenVLAOFT for OpenVLA-OFT's layout, and the
-    PrismaticProcessor from the directory's processor files)."""
-    if oft is not None or is_oft_checkpoint(path, read_config_dict(path)):
-        vla = NativeOpenVLAOFT.from_pretrained(path, torch_dtype=dtype, device=device, oft=oft)
+    PrismaticProcessor from the directory's processor files, else the base's for an unmerged OFT adapter)."""
+    unmerged = unmerged_adapter(path)
+    if oft is not None or unmerged is not None or is_oft_checkpoint(path, read_config_dict(path)):
+        vla = NativeOpenVLAOFT.from_pretrained(path, torch_dtype=dtype, device=device, oft=oft, base=base)
+        if unmerged is not None and not os.path.isfile(os.path.join(path, PROCESSOR_CONFIG)):
+            path = str(adapter_base(unmerged, base))  # the processor files of the base
     else:
         vla = NativeOpenVLA.from_pretrained(path, torch_dtype=dtype, device=device)
     if os.path.isfile(os.path.join(path, PROCESSOR_CONFIG)):
@@ -123,6 +127,7 @@ def load_vla(
     reference_api: bool = False,
     native: bool | str = "auto",
     oft: dict[str, Any] | None = None,
+    base: str | os.PathLike | None = None,
 ) -> tuple[Any, Any]:
     """Load ``(vla, processor)`` from a checkpoint directory or a Hugging Face id.
 
@@ -136,7 +141,9 @@ def load_vla(
     ``dataset_statistics.json`` beside the model files) load natively as :class:`NativeOpenVLAOFT`, never through
     remote code; ``oft`` gives the settings the files do not hold (``platform``, ``num_images_in_input``,
     ``attention``, see :class:`~prismatic_tr.models.oft_config.OFTSettings`); given, it also marks a checkpoint
-    without head files as OFT's (the discrete-token variant).
+    without head files as OFT's (the discrete-token variant). An OFT directory whose LoRA is not merged yet
+    (``lora_adapter/``, heads and statistics, no model weights; :mod:`.oft_lora`) loads ``base`` (default: the
+    adapter's recorded base, if local) and merges the adapter natively.
 
     A path that does not exist and is no hub id raises FileNotFoundError; an existing path that is not a
     checkpoint directory raises ValueError; remote code that cannot run raises :class:`RemoteCodeError`.
@@ -151,15 +158,16 @@ def load_vla(
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise ValueError(f"{path!r} is not a directory; pass a checkpoint directory or a Hugging Face model id")
-        config = read_config_dict(path)
-        problem = native_problem(config)
-        if (oft is not None or is_oft_checkpoint(path, config)) and (native is False or problem is not None):
+        unmerged = unmerged_adapter(path) is not None
+        config = {} if unmerged else read_config_dict(path)
+        problem = None if unmerged else native_problem(config)
+        if (oft is not None or unmerged or is_oft_checkpoint(path, config)) and (native is False or problem is not None):
             raise ValueError(f"{path!r} is an OpenVLA-OFT checkpoint; it loads natively only (native='auto' or True)"
                              + (f", which it cannot: {problem}" if problem else ""))
         if native is True and problem is not None:
             raise ValueError(f"{path!r} cannot be loaded natively: {problem}")
         if native is not False and problem is None:
-            return load_native(path, dtype, device, oft)
+            return load_native(path, dtype, device, oft, base)
     elif native is True or oft is not None:
         raise ValueError(f"{path!r} is not in the local Hugging Face cache; native loading (and OFT) needs the files")
     vla, processor = load_hf_openvla(path, dtype, device, trust_remote_code)

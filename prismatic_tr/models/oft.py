@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from .init_utils import parameters_on_meta
 from .modeling import NativeOpenVLA, load_config, read_config_dict
 from .oft_checkpoint import infer_settings, load_components_, read_statistics, save_components
 from .oft_config import NativeOpenVLAOFTConfig, OFTSettings
+from .oft_lora import adapter_base, merge_adapter_, unmerged_adapter
 from .oft_modules import L1RegressionActionHead, OFTVisionBackbone, ProprioProjector
 from .oft_pass import action_sequence, attention_bias, insert_after_bos, insert_flags, slot_hidden_index
 from .prompt import Prompt
@@ -238,24 +240,34 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         torch_dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
         oft: dict[str, Any] | None = None,
+        base: str | os.PathLike | None = None,
         **_: Any,
     ) -> NativeOpenVLAOFT:
         """Load an OFT checkpoint directory (OFT's layout, module docstring) without running its code.
+
+        A directory whose LoRA is not merged (``lora_adapter/`` and no model weights, :mod:`.oft_lora`) loads the
+        base checkpoint ``base`` (default: the adapter's ``base_model_name_or_path``) and merges the adapter.
 
         ``oft``: settings the files do not hold or to change (``platform``, ``num_images_in_input``, ``attention``,
         any :class:`OFTSettings` field). ``dataset_statistics.json``, when present, replaces the config's
         ``norm_stats`` (as OFT's loading does). Missing / unexpected keys raise ValueError listing them.
         """
-        base, saved_dtype = load_config(directory)
-        settings = infer_settings(directory, read_config_dict(directory), oft, base.text_config.hidden_size)
-        config = oft_config_from(base, settings)
+        adapter = unmerged_adapter(directory)
+        weights_dir = adapter_base(adapter, base) if adapter is not None else Path(directory)
+        own_config = Path(directory) / "config.json"
+        config_dict = read_config_dict(directory if own_config.is_file() else weights_dir)
+        base_config, saved_dtype = load_config(weights_dir)
+        settings = infer_settings(directory, config_dict, oft, base_config.text_config.hidden_size)
+        config = oft_config_from(base_config, settings)
         stats = read_statistics(directory)
         if stats is not None:
             config.norm_stats = stats
         dtype = torch_dtype or saved_dtype
         with parameters_on_meta():
             model = cls(config)
-        load_weights_(model.weights_module(), directory, dtype, device or "cpu")
+        load_weights_(model.weights_module(), weights_dir, dtype, device or "cpu")
+        if adapter is not None:
+            merge_adapter_(model.weights_module(), adapter)
         load_components_(model, directory, dtype, device or "cpu")
         model.remote_code_dir = str(directory) if auto_maps(directory) else None
         return model.to(device=device).eval()
