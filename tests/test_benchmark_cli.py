@@ -211,7 +211,8 @@ def test_the_main_job_also_times_openvla_oft_with_its_settings():
     assert cfg.oft_rows()
     oft = cfg.for_oft()
     assert (oft.preset, oft.output_dir, oft.settings, oft.num_runs) == ("cpu-bench-oft", cfg.output_dir / "oft",
-                                                                        cfg.settings, cfg.num_runs)
+                                                                        config.OFT_MAIN_SETTINGS, cfg.num_runs)
+    assert set(config.OFT_MAIN_SETTINGS) < set(config.MAIN_SETTINGS)
     assert (oft.policy_episodes, oft.validation_episodes, oft.adapters, oft.oft_rows()) == (0, 0, [], False)
     for flags in (["--full", "true"], ["--preset", "tiny"], ["--oft", "false"]):
         assert not benchmark.parse_config(flags).oft_rows(), flags

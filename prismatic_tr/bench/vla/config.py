@@ -44,6 +44,9 @@ SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
 # The OpenVLA-OFT twin of each preset (its towers and LLM, 2 images, proprio, one pass) that ``--oft`` times after
 # the preset's own rows; the main job (no --preset) times cpu-bench-oft.
 OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft"}
+# The main job's OpenVLA-OFT rows: one per site at the keeps that matter (the main job stays within 10 minutes on
+# an AVX2-only CPU, where both models run in float32); benchmarks/results/oft times every main setting.
+OFT_MAIN_SETTINGS = ["diverse:0.1", "vision:diverse:0.1@0.25", "llm:attention:0.5@0.25"]
 # Each profile's values for the flags a user leaves unset. The main job's budget (10 minutes on 2 cores): 3 timed
 # rounds, 50 test episodes to report and 30 validation episodes to choose the best setting, per row.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -105,10 +108,13 @@ class BenchmarkConfig:
         return not self.full and self.preset is None and self.vla_path is None
 
     def for_oft(self) -> "BenchmarkConfig":
-        """This job's settings, rounds, dtype and threads on the preset's OFT twin (:data:`OFT_TWINS`): no policy
-        episodes (there is no OFT policy yet), no adapters, written to ``<output_dir>/oft``."""
+        """This job's rounds, dtype and threads on the preset's OFT twin (:data:`OFT_TWINS`), with its settings
+        (the main job's: :data:`OFT_MAIN_SETTINGS`): no policy episodes (there is no OFT policy yet), no adapters,
+        written to ``<output_dir>/oft``."""
+        settings = list(OFT_MAIN_SETTINGS) if self.settings == MAIN_SETTINGS and not self.methods else self.settings
         return dataclasses.replace(self, preset=OFT_TWINS[self.preset], output_dir=self.output_dir / "oft",
-                                   policy_episodes=0, validation_episodes=0, adapters=[], oft=False)
+                                   settings=settings, policy_episodes=0, validation_episodes=0, adapters=[],
+                                   oft=False)
 
     def _apply_profile(self) -> None:
         """Fill every flag left unset from the profile (``main``, or ``full`` with ``--full true``)."""
