@@ -2,19 +2,24 @@
 
     python vla_scripts/train_policy.py --output_dir outputs/bundled_policy
 
-With its defaults this runs the procedure that made ``prismatic_tr/assets/tabletop_policy`` (runs 5 and 6 of
-``benchmarks/results/policy_training/README.md``; ``prismatic_tr.policy.train``):
+With its defaults (``prismatic_tr.policy.recipe_config``; ``prismatic_tr.policy.train``):
 
 1. 3000 expert demonstrations (seeds 0-2999, 1-5 objects, motion noise 0.2) as RLDS;
 2. a random OpenVLA-structured model (preset ``policy``: DINOv2 + SigLIP towers 64 wide and 6 deep, 256 patch
    tokens, a Llama 128 wide and 4 deep, 256 action bins), its towers pretrained for 1000 steps (seed 0);
-3. stage 1: towers frozen, action loss, AdamW lr 1e-3, 200 warm-up steps, cosine over 3600 steps, batch 32,
-   seed 0, stopped after step 1800 with the schedule kept (``--stop_at_step``);
+3. stage 1: towers frozen, action loss plus the grounding loss (weight 1.0) from the first step, AdamW lr 1e-3,
+   200 warm-up steps, cosine over 3600 steps, batch 32, seed 0, stopped after step 1800 with the schedule kept;
 4. stage 2 (``--stage2.*``): from stage 1's checkpoint in a fresh state (new AdamW, seed 1), grounding loss
-   weight 1.0, lr 1e-3, 50 warm-up steps, cosine over 3000 steps, stopped after step 1600;
-5. closed-loop success of the last checkpoint on 200 validation and 200 test episodes
-   (``prismatic_tr.envs.splits``: seeds 1,000,000- and 3,000,000-), each with its Wilson 95 % interval;
-6. with ``--install_dir`` a copy of the checkpoint and every record there.
+   weight 1.0, lr 1e-3, 50 warm-up steps, cosine over 3000 steps, stopped after step 1600, a checkpoint every 200;
+5. the policy: the stage-2 checkpoint with the most successes on 50 validation episodes;
+6. its closed-loop success on 200 validation and 200 test episodes (``prismatic_tr.envs.splits``: seeds
+   1,000,000- and 3,000,000-), each with its Wilson 95 % interval;
+7. with ``--install_dir`` a copy of the checkpoint and every record there.
+
+bf16 autocast runs where the CPU multiplies bf16 natively (``--bf16_autocast null``, the default), else float32.
+The shipped ``prismatic_tr/assets/tabletop_policy`` is runs 5 and 6 of
+``benchmarks/results/policy_training/README.md`` (an earlier two-command procedure); what this command gives is
+measured there too.
 
     python vla_scripts/train_policy.py --install_dir prismatic_tr/assets/tabletop_policy     # remake and ship
     python vla_scripts/train_policy.py --init_checkpoint CKPT --data_root D --grounding_loss_weight 1.0 \\
