@@ -1,7 +1,8 @@
 """The tabletop task: an episode per seed, 7-D actions, a 224 x 224 camera image per step.
 
     env = make_episode(seed=3)                # or TabletopEnv(seed=3, config=TaskConfig(...))
-    obs = env.reset()                         # Observation(image (224, 224, 3) uint8, instruction str)
+    obs = env.reset()                         # Observation(image (224, 224, 3) uint8, instruction str, proprio)
+    env = make_episode(seed=3, third_person=True)  # ... and obs.third_person: the fixed overhead camera
     obs, reward, done, info = env.step(action)  # action (7,): see prismatic_tr.envs.spec for units / clipping
 
 Dynamics of one step: the action is clipped (``spec.clip_action``), the effector moves by (dx, dy, dz) and
@@ -57,10 +58,15 @@ class EnvState:
 
 @dataclass(frozen=True)
 class Observation:
-    """What a policy sees: ``image`` (224, 224, 3) uint8 RGB and the ``instruction`` text."""
+    """What a policy sees: ``image`` (224, 224, 3) uint8 RGB from the camera on the gripper and the
+    ``instruction`` text; for OpenVLA-OFT-style policies also ``proprio`` ((PROPRIO_DIM,) float32: effector x, y, z
+    in metres, gripper 1 open / 0 closed) and, when the episode was made with ``third_person=True``,
+    ``third_person`` (224, 224, 3) uint8 from the fixed overhead camera (else None)."""
 
     image: np.ndarray
     instruction: str
+    proprio: np.ndarray | None = None
+    third_person: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -102,10 +108,13 @@ def check_action(action: object) -> np.ndarray:
 class TabletopEnv:
     """One episode of the task, fully determined by ``seed`` and ``config`` (see the module docstring)."""
 
-    def __init__(self, seed: int = 0, config: TaskConfig | None = None) -> None:
+    def __init__(self, seed: int = 0, config: TaskConfig | None = None, third_person: bool = False) -> None:
         if config is not None and not isinstance(config, TaskConfig):
             raise ValueError(f"config={config!r} is not allowed; pass a TaskConfig or None")
+        if not isinstance(third_person, bool):
+            raise ValueError(f"third_person={third_person!r} is not allowed; pass True or False")
         self.config = config or TaskConfig()
+        self.third_person = third_person
         self.scene = sample_scene(seed, self.config)
         self.seed = self.scene.seed
         self._renderer = Renderer(self.scene)
@@ -127,8 +136,17 @@ class TabletopEnv:
         """The current camera image, (224, 224, 3) uint8."""
         return self._renderer.render(self._state.effector, self._state.gripper_open)
 
+    def proprio(self) -> np.ndarray:
+        """(PROPRIO_DIM,) float32: effector x, y, z (metres), gripper (1 open, 0 closed)."""
+        return np.array([*self._state.effector, float(self._state.gripper_open)], dtype=np.float32)
+
+    def render_third_person(self) -> np.ndarray:
+        """The fixed overhead camera's image now, (224, 224, 3) uint8."""
+        return self._renderer.render_third_person(self._state.effector, self._state.gripper_open)
+
     def observe(self) -> Observation:
-        return Observation(self.render(), self.instruction)
+        third = self.render_third_person() if self.third_person else None
+        return Observation(self.render(), self.instruction, self.proprio(), third)
 
     def reset(self) -> Observation:
         """Back to the episode's start (the same every time); returns the first observation."""
@@ -166,6 +184,7 @@ class TabletopEnv:
         return StepResult(self.observe(), float(outcome == SUCCESS), outcome != RUNNING, info)
 
 
-def make_episode(seed: int, config: TaskConfig | None = None) -> TabletopEnv:
-    """The episode ``seed`` of the task (a new :class:`TabletopEnv`, at its start)."""
-    return TabletopEnv(seed=seed, config=config)
+def make_episode(seed: int, config: TaskConfig | None = None, third_person: bool = False) -> TabletopEnv:
+    """The episode ``seed`` of the task (a new :class:`TabletopEnv`, at its start); ``third_person``: observations
+    also carry the fixed overhead camera's image (OpenVLA-OFT's second view)."""
+    return TabletopEnv(seed=seed, config=config, third_person=third_person)

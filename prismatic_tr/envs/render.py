@@ -7,6 +7,10 @@ metres wide: the height is the zoom), resamples it to the image, draws the finge
 open, together when closed) and lights it. Everything the dynamics and the expert use is visible: where each
 object is relative to the effector (its offset from the image centre), the effector's height (the zoom), the
 gripper's state, and every object within reach.
+
+``render_third_person`` is the second, fixed camera an OpenVLA-OFT policy takes beside the eye-in-hand one: the
+whole table from straight above (the same table image, resampled once per episode), lit the same way, with the
+effector drawn where it is (``spec.THIRD_PERSON_*``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from prismatic_tr.envs.spec import (
     IMAGE_SIZE,
     OBJECT_RADIUS,
     TABLE_HALF,
+    THIRD_PERSON_RING_PER_M,
+    THIRD_PERSON_RING_PX,
     VIEW_HALF_AT_TABLE,
     VIEW_HALF_PER_M,
     WORKSPACE_XY,
@@ -137,11 +143,32 @@ def table_image(scene: Scene) -> np.ndarray:
 
 
 class Renderer:
-    """Images of one scene. ``render(effector, gripper_open)`` -> (IMAGE_SIZE, IMAGE_SIZE, 3) uint8."""
+    """Images of one scene. ``render(effector, gripper_open)`` (the eye-in-hand camera) and
+    ``render_third_person(effector, gripper_open)`` (the fixed overhead one) -> (IMAGE_SIZE, IMAGE_SIZE, 3) uint8."""
 
     def __init__(self, scene: Scene) -> None:
         self.table = Image.fromarray(table_image(scene))
         self.gain = light_gain(scene.look)
+        self._overview: Image.Image | None = None  # the whole table at IMAGE_SIZE, made on first use
+
+    def render_third_person(self, effector: tuple[float, float, float], gripper_open: bool) -> np.ndarray:
+        """The fixed overhead camera: the whole table, the effector a ring (radius growing with its height) around
+        a dot, the ring filled when the gripper is closed."""
+        if self._overview is None:
+            u0, v0 = _bg_pixels(-TABLE_HALF, TABLE_HALF, 1.0)
+            u1, v1 = _bg_pixels(TABLE_HALF, -TABLE_HALF, 1.0)
+            self._overview = self.table.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR, box=(u0, v0, u1, v1))
+        image = self._overview.copy()
+        x, y, z = effector
+        scale = IMAGE_SIZE / (2 * TABLE_HALF)
+        u, v = (x + TABLE_HALF) * scale, (TABLE_HALF - y) * scale
+        r = THIRD_PERSON_RING_PX + THIRD_PERSON_RING_PER_M * z
+        draw = ImageDraw.Draw(image)
+        draw.ellipse((u - r, v - r, u + r, v + r), fill=None if gripper_open else FINGER_RGB, outline=OUTLINE_RGB,
+                     width=3)
+        draw.ellipse((u - 2, v - 2, u + 2, v + 2), fill=OUTLINE_RGB)
+        lit = np.asarray(image, dtype=np.float32) * self.gain
+        return np.clip(lit, 0, 255).astype(np.uint8)
 
     def render(self, effector: tuple[float, float, float], gripper_open: bool) -> np.ndarray:
         """The camera image with the effector (and the camera) at ``effector`` (x, y, z metres)."""

@@ -37,6 +37,15 @@ VIEW_HALF_AT_TABLE = 0.30          # half the table width the image spans with t
 VIEW_HALF_PER_M = 1.0              # ... plus this much per metre of height (0.42 m at the top of the workspace)
 TABLE_HALF = 0.30                  # the table is [-TABLE_HALF, TABLE_HALF]^2; the floor beyond it
 
+# The second, fixed camera (OpenVLA-OFT's third-person view; off unless asked for): the whole table from straight
+# above, IMAGE_SIZE pixels over [-TABLE_HALF, TABLE_HALF]^2, the effector drawn as a ring that grows with its
+# height (THIRD_PERSON_RING_PX + THIRD_PERSON_RING_PER_M * z pixels) around a dot, filled when the gripper is closed.
+THIRD_PERSON_RING_PX = 7.0
+THIRD_PERSON_RING_PER_M = 90.0
+
+# Proprio (OpenVLA-OFT's robot state): effector x, y, z in metres and the gripper (1 open, 0 closed), float32.
+PROPRIO_DIM = 4
+
 # Workspace of the effector (grasp point between the gripper's fingers), metres.
 WORKSPACE_XY = 0.19                # x and y in [-WORKSPACE_XY, WORKSPACE_XY]
 WORKSPACE_Z = (0.0, 0.12)          # z range
