@@ -278,7 +278,8 @@ def oft_table(src: Sources) -> str:
 def main_oft_table(src: Sources) -> str:
     """benchmarks/results/policy/README.md: the main job's OpenVLA-OFT rows (policy/oft/results.json)."""
     if src.main_oft is None:
-        return "Not run: no `benchmarks/results/policy/oft/results.json`."
+        return ("Not in this run: these results predate the main job's OpenVLA-OFT rows (its OFT results file is "
+                "written beside them by the next run).")
     return oft_rows({src.main_oft["meta"].get("dtype", "?"): src.main_oft})
 
 
