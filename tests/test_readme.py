@@ -92,7 +92,7 @@ def test_an_oft_number_fails_the_check_until_rerendered(tmp_path: Path, capsys) 
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
     assert readme_tables.main(["--root", str(tmp_path)]) == 0
     section = (tmp_path / "README.md").read_text().split("<!-- table:oft start -->")[1]
-    assert "| **7.65x** |" in section.split("<!-- table:oft end -->")[0]
+    assert "| **7.65x" in section.split("<!-- table:oft end -->")[0]
 
 
 def test_missing_markers_or_files_are_named(tmp_path: Path, capsys) -> None:
