@@ -45,18 +45,24 @@ from .prompt import Prompt
 _NORM_KEYS = {"bounds_q99": ("q01", "q99"), "bounds": ("min", "max")}
 
 
-# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py _unnormalize_actions (MIT, see NOTICE):
-# 0.5 (a + 1)(high - low + 1e-8) + low where the mask is set, bounds by the platform's normalisation type.
-def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
-    """(..., A) actions in [-1, 1] -> raw scale as OFT does it (``normalization``: "bounds_q99" or "bounds")."""
+def _bounds(stats: dict[str, Any], normalization: str, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low, high, mask) of one statistics block for OFT's normalisation type ("bounds_q99": q01 / q99, "bounds":
+    min / max; mask all set when absent). ValueError naming the type or the missing keys."""
     if normalization not in _NORM_KEYS:
         raise ValueError(f"normalization={normalization!r}; allowed: {sorted(_NORM_KEYS)}")
     low_key, high_key = _NORM_KEYS[normalization]
     missing = [k for k in (low_key, high_key) if k not in stats]
     if missing:
-        raise ValueError(f"action statistics lack {missing} (normalization={normalization!r}); have {sorted(stats)}")
+        raise ValueError(f"{what} statistics lack {missing} (normalization={normalization!r}); have {sorted(stats)}")
     low, high = np.array(stats[low_key]), np.array(stats[high_key])
-    mask = np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
+    return low, high, np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
+
+
+# follows OpenVLA-OFT 213c5ff8 prismatic/extern/hf/modeling_prismatic.py _unnormalize_actions (MIT, see NOTICE):
+# 0.5 (a + 1)(high - low + 1e-8) + low where the mask is set, bounds by the platform's normalisation type.
+def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
+    """(..., A) actions in [-1, 1] -> raw scale as OFT does it (``normalization``: "bounds_q99" or "bounds")."""
+    low, high, mask = _bounds(stats, normalization, "action")
     return np.where(mask, 0.5 * (normalized + 1) * (high - low + 1e-8) + low, normalized)
 
 
@@ -66,14 +72,7 @@ def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], norma
 def normalize_oft_proprio(state: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
     """(..., D) raw proprio state -> the normalised state OFT's ``predict_action`` takes (``stats``: the
     ``"proprio"`` block of a dataset's statistics; ``normalization``: "bounds_q99" or "bounds")."""
-    if normalization not in _NORM_KEYS:
-        raise ValueError(f"normalization={normalization!r}; allowed: {sorted(_NORM_KEYS)}")
-    low_key, high_key = _NORM_KEYS[normalization]
-    missing = [k for k in (low_key, high_key) if k not in stats]
-    if missing:
-        raise ValueError(f"proprio statistics lack {missing} (normalization={normalization!r}); have {sorted(stats)}")
-    low, high = np.array(stats[low_key]), np.array(stats[high_key])
-    mask = np.asarray(stats.get("mask", np.ones_like(low, dtype=bool)), dtype=bool)
+    low, high, mask = _bounds(stats, normalization, "proprio")
     return np.clip(np.where(mask, 2 * (state - low) / (high - low + 1e-8) - 1, state), -1.0, 1.0)
 
 
