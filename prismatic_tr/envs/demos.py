@@ -58,6 +58,8 @@ class DemoConfig:
     distinct_attributes: bool = True        # every object has its own colour and shape
     motion_noise: float = 0.0               # executed-motion noise std, fraction of the step limit (0-1)
     gripper_noise: float = 0.0              # chance per step of a stray close high above the table (0-1)
+    third_person: bool = False              # also record the fixed third-person camera (OpenVLA-OFT-style data:
+                                            #   observation/image third-person, observation/wrist_image eye-in-hand)
     preview: bool = False                   # also write <dataset dir>/preview.png (a few episodes' frames)
     overwrite: bool = False                 # replace an existing dataset of this name
     progress: bool = True                   # progress bar on stderr
@@ -143,9 +145,11 @@ class DemoReport:
     preview_path: Path | None = None
 
 
-def expert_episode(seed: int, task: TaskConfig, motion_noise: float = 0.0, gripper_noise: float = 0.0) -> EpisodeResult:
-    """The recorded expert episode ``seed`` (executed actions perturbed by the given noise)."""
-    env = make_episode(seed, task)
+def expert_episode(seed: int, task: TaskConfig, motion_noise: float = 0.0, gripper_noise: float = 0.0,
+                   third_person: bool = False) -> EpisodeResult:
+    """The recorded expert episode ``seed`` (executed actions perturbed by the given noise; ``third_person``: the
+    fixed overhead camera recorded too)."""
+    env = make_episode(seed, task, third_person=third_person)
     noise = ExecutionNoise(motion_noise, gripper_noise, seed) if motion_noise or gripper_noise else None
     return rollout(env, ScriptedExpert().policy(env), record=True, perturb=noise)
 
@@ -187,7 +191,7 @@ def make_demos(cfg: DemoConfig) -> DemoReport:
 
     def episodes(split: str) -> Iterator[EpisodeResult]:
         for seed in _progress(summaries[split].seeds, split, cfg.progress):
-            result = expert_episode(seed, task, cfg.motion_noise, cfg.gripper_noise)
+            result = expert_episode(seed, task, cfg.motion_noise, cfg.gripper_noise, cfg.third_person)
             summaries[split].add(result)
             if cfg.preview and split == "train" and len(previewed) < PREVIEW_EPISODES:
                 previewed.append(result)
@@ -195,7 +199,7 @@ def make_demos(cfg: DemoConfig) -> DemoReport:
 
     description = f"tabletop task v{TASK_VERSION}, scripted expert (prismatic_tr.envs); config: {_config_dict(cfg)}"
     version_dir = write_episodes(cfg.output_dir, cfg.dataset_name, {s: (lambda s=s: episodes(s)) for s in summaries},
-                                 description)
+                                 description, third_person=cfg.third_person)
     summary = {"task_version": TASK_VERSION, "config": _config_dict(cfg), "dataset_dir": str(version_dir),
                "first_unseen_seed": max(s.stop for s in cfg.split_seeds().values()),
                "splits": {name: s.as_dict() for name, s in summaries.items()}}

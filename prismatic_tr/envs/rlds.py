@@ -13,6 +13,10 @@ One dataset example per episode::
 
 Step t holds the observation before action t; the image after the last action is not stored.
 :class:`prismatic_tr.data.RLDSSource` reads it (``observation/image``, ``language_instruction``, ``action``).
+
+Episodes recorded with the third-person camera (OpenVLA-OFT-style data, ``third_person=True``) are written in the
+layout of OFT's LIBERO datasets instead: ``observation/image`` is the third-person view (the primary camera) and
+``observation/wrist_image`` the eye-in-hand one; ``observation/state`` as above.
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ from prismatic_tr.envs.spec import ACTION_DIM, IMAGE_SIZE
 STATE_DIM = 4
 
 
-def rlds_features(tfds: Any) -> Any:
+WRIST_IMAGE = "wrist_image"  # the eye-in-hand camera's key in third-person datasets (OFT's LIBERO layout)
+
+
+def rlds_features(tfds: Any, third_person: bool = False) -> Any:
     """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring)."""
     f = tfds.features
     flag = lambda: f.Tensor(shape=(), dtype=np.bool_)  # noqa: E731
     scalar = lambda: f.Tensor(shape=(), dtype=np.float32)  # noqa: E731
+    image = lambda: f.Image(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), encoding_format="png")  # noqa: E731
+    observation = {"image": image(), "state": f.Tensor(shape=(STATE_DIM,), dtype=np.float32)}
+    if third_person:
+        observation[WRIST_IMAGE] = image()
     step = {
-        "observation": f.FeaturesDict({
-            "image": f.Image(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), encoding_format="png"),
-            "state": f.Tensor(shape=(STATE_DIM,), dtype=np.float32),
-        }),
+        "observation": f.FeaturesDict(observation),
         "language_instruction": f.Text(),
         "action": f.Tensor(shape=(ACTION_DIM,), dtype=np.float32),
         "reward": scalar(),
@@ -63,15 +71,26 @@ def state_vector(state: EnvState) -> np.ndarray:
     return np.array([*state.effector, float(state.gripper_open)], dtype=np.float32)
 
 
+def observation(image: np.ndarray, state: EnvState, third_person: np.ndarray | None) -> dict[str, np.ndarray]:
+    """One step's observation: the eye-in-hand image as ``image``, or, with a third-person image, that one as
+    ``image`` and the eye-in-hand one as ``wrist_image`` (OFT's LIBERO layout)."""
+    if third_person is None:
+        return {"image": image, "state": state_vector(state)}
+    return {"image": third_person, WRIST_IMAGE: image, "state": state_vector(state)}
+
+
 def episode_example(result: EpisodeResult) -> dict[str, Any]:
     """A recorded :class:`EpisodeResult` (``rollout(..., record=True)``) as one RLDS example."""
     n = len(result.actions)
     if n == 0 or not (len(result.images) == len(result.states) == n):
         raise ValueError(f"episode {result.seed} was not recorded step by step (rollout(..., record=True))")
+    third = result.third_person_images or [None] * n
+    if len(third) != n:
+        raise ValueError(f"episode {result.seed} has {len(third)} third-person images for {n} steps")
     terminal = result.outcome in (SUCCESS, WRONG_OBJECT)
     steps = [
         {
-            "observation": {"image": image, "state": state_vector(state)},
+            "observation": observation(image, state, top),
             "language_instruction": result.instruction,
             "action": np.asarray(action, dtype=np.float32),
             "reward": np.float32(t == n - 1 and result.success),
@@ -80,7 +99,8 @@ def episode_example(result: EpisodeResult) -> dict[str, Any]:
             "is_last": t == n - 1,
             "is_terminal": t == n - 1 and terminal,
         }
-        for t, (image, action, state) in enumerate(zip(result.images, result.actions, result.states, strict=True))
+        for t, (image, action, state, top) in enumerate(zip(result.images, result.actions, result.states, third,
+                                                            strict=True))
     ]
     metadata = {"seed": result.seed, "success": result.success, "outcome": result.outcome, "kind": result.kind,
                 "target": result.target}
@@ -92,16 +112,19 @@ def write_episodes(
     name: str,
     splits: Mapping[str, Callable[[], Iterable[EpisodeResult]]],
     description: str = "",
+    third_person: bool = False,
 ) -> Path:
     """Write episodes as the RLDS dataset ``root/name/1.0.0``; returns that directory.
 
     ``splits`` maps a split name to a callable yielding recorded results (``rollout(..., record=True)``) one
     episode at a time, so no more than one episode is held in memory; they are stored in that order.
+    ``third_person``: the episodes were recorded with the third-person camera (OFT's layout, module docstring).
     """
     from prismatic_tr.data.writer import write_tfds_dataset  # imports torch, then tensorflow lazily
 
     def examples(make: Callable[[], Iterable[EpisodeResult]]) -> Callable[[], Iterable[tuple[str, dict]]]:
         return lambda: ((f"seed_{r.seed}", episode_example(r)) for r in make())
 
-    return write_tfds_dataset(root, name, rlds_features, {s: examples(m) for s, m in splits.items()},
+    features = lambda tfds: rlds_features(tfds, third_person)  # noqa: E731
+    return write_tfds_dataset(root, name, features, {s: examples(m) for s, m in splits.items()},
                               description=description, keep_order=True)

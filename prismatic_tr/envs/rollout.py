@@ -27,7 +27,8 @@ Perturb = Callable[[np.ndarray, EnvState], np.ndarray]
 @dataclass
 class EpisodeResult:
     """One episode's outcome; with ``record`` also its steps (the observation image before each action, the
-    policy's action as float32 (7,), the state that image shows) and the image after the last step."""
+    policy's action as float32 (7,), the state that image shows; and the third-person image of the same moment when
+    the episode was made with ``third_person=True``) and the image after the last step."""
 
     seed: int
     instruction: str
@@ -39,6 +40,7 @@ class EpisodeResult:
     actions: list[np.ndarray] = field(default_factory=list)
     states: list[EnvState] = field(default_factory=list)
     final_image: np.ndarray | None = None  # the image after the last step (recorded only)
+    third_person_images: list[np.ndarray] = field(default_factory=list)  # recorded, third-person episodes only
 
     @property
     def success(self) -> bool:
@@ -64,6 +66,8 @@ def rollout(
             result.images.append(obs.image)
             result.actions.append(action)
             result.states.append(env.state)
+            if obs.third_person is not None:
+                result.third_person_images.append(obs.third_person)
         executed = perturb(action, env.state) if perturb is not None else action
         obs = env.step(executed).observation
     result.outcome = env.state.outcome if env.state.done else TIMEOUT

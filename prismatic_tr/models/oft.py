@@ -66,6 +66,16 @@ def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], norma
     return np.where(mask, 0.5 * (normalized + 1) * (high - low + 1e-8) + low, normalized)
 
 
+# follows OpenVLA-OFT 213c5ff8 prismatic/vla/datasets/rlds/utils/data_utils.py normalize_action_and_proprio (MIT, see
+# NOTICE): how OFT's training data normalises actions: 2 (a - low) / (high - low + 1e-8) - 1, clipped to [-1, 1],
+# where the mask is set (the gripper passes through).
+def normalize_oft_actions(actions: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
+    """(..., A) raw actions -> the [-1, 1] targets OFT trains its head on (inverse of
+    :func:`unnormalize_oft_actions` inside the bounds)."""
+    low, high, mask = _bounds(stats, normalization, "action")
+    return np.where(mask, np.clip(2 * (actions - low) / (high - low + 1e-8) - 1, -1.0, 1.0), actions)
+
+
 # follows OpenVLA-OFT 213c5ff8 experiments/robot/openvla_utils.py normalize_proprio (MIT, see NOTICE): what OFT's
 # get_vla_action does to the robot's state before predict_action: 2 (x - low) / (high - low + 1e-8) - 1 where the
 # mask is set, clipped to [-1, 1].
@@ -74,6 +84,17 @@ def normalize_oft_proprio(state: np.ndarray, stats: dict[str, Any], normalizatio
     ``"proprio"`` block of a dataset's statistics; ``normalization``: "bounds_q99" or "bounds")."""
     low, high, mask = _bounds(stats, normalization, "proprio")
     return np.clip(np.where(mask, 2 * (state - low) / (high - low + 1e-8) - 1, state), -1.0, 1.0)
+
+
+def camera_inputs(processor: Any, prompts: list[str], cameras: list[list[Any]]) -> dict[str, torch.Tensor]:
+    """The processor's output for a batch with several cameras, as OFT's ``get_vla_action`` prepares it: every
+    camera's images (``cameras[j]``: one PIL RGB image per prompt; the primary camera first, then the wrist ones)
+    through ``processor(prompts, images)``, the pixel values concatenated on the channel axis (B, n * C, H, W)."""
+    per_camera = [processor(prompts, images) for images in cameras]
+    inputs = dict(per_camera[0])
+    if len(per_camera) > 1:
+        inputs["pixel_values"] = torch.cat([c["pixel_values"] for c in per_camera], dim=1)
+    return inputs
 
 
 # transformers 5 builds its masks in masking_utils, and reads the position ids on the host (packed-sequence detection)

@@ -1,9 +1,14 @@
 """Closed-loop evaluation: a VLA drives the tabletop task (``prismatic_tr.envs``) episode after episode.
 
-Episodes run in lockstep batches: every step, the images and instructions of the episodes still running go
+Episodes run in lockstep batches: every prediction, the images and instructions of the episodes still running go
 through the processor (OpenVLA's prompt, right padding) and one batched ``predict_action``; each action
 moves its own episode. A batch of episodes takes the same actions as running them one by one, up to float
 rounding in padded batches (checked in ``tests/test_policy.py``), only faster.
+
+An OpenVLA-OFT model (``NativeOpenVLAOFT``) sees what OFT's LIBERO evaluation gives it: the third-person camera
+first, then the eye-in-hand one (the episodes are made with ``third_person=True``), and the proprio state
+normalised with the ``unnorm_key``'s statistics; it answers a chunk, and the first ``execute_steps`` of its actions
+(default: all of them, OFT's rule) run open loop before the next prediction.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.envs import SUCCESS, TIMEOUT, WRONG_OBJECT, TabletopEnv, TaskConfig, make_episode
+from prismatic_tr.envs.env import Observation
 from prismatic_tr.eval.intervals import wilson_interval
 from prismatic_tr.models.tokenizer import build_prompt
 
@@ -82,6 +88,38 @@ def policy_actions(vla: nn.Module, processor: object, envs: list[TabletopEnv], i
     return np.asarray(actions, dtype=np.float64).reshape(len(envs), -1)
 
 
+def oft_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
+               unnorm_key: str) -> np.ndarray:
+    """(n, chunk, action_dim) actions of an OFT model for the episodes' current observations, one batched
+    predict_action: the third-person camera, then the eye-in-hand one (as many as the model takes), and the
+    proprio state normalised as OFT's client does."""
+    from prismatic_tr.models.oft import camera_inputs, normalize_oft_proprio
+
+    oft = vla.oft
+    views = [[o.third_person for o in observations], [o.image for o in observations]]
+    if any(v is None for v in views[0]):
+        raise ValueError("an OFT policy needs the third-person camera: make the episodes with third_person=True")
+    inputs = camera_inputs(processor, [build_prompt(e.instruction) for e in envs],
+                           views[: vla.vision_backbone.get_num_images_in_input()])
+    extra = {}
+    if vla.proprio_projector is not None:
+        state = np.stack([o.proprio for o in observations]).astype(np.float64)
+        extra["proprio"] = normalize_oft_proprio(state, vla.norm_stats[unnorm_key]["proprio"],
+                                                 oft.normalization).astype(np.float32)
+    actions = vla.predict_action(**inputs, unnorm_key=unnorm_key, do_sample=False, **extra)
+    return np.asarray(actions, dtype=np.float64).reshape(len(envs), oft.num_actions_chunk, oft.action_dim)
+
+
+def policy_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
+                  unnorm_key: str) -> np.ndarray:
+    """(n, c, 7): an OFT model's chunks (c its chunk length), or an OpenVLA model's actions as chunks of one."""
+    from prismatic_tr.bench.vla.oft_step import is_oft
+
+    if is_oft(vla):
+        return oft_chunks(vla, processor, envs, observations, unnorm_key)
+    return policy_actions(vla, processor, envs, [o.image for o in observations], unnorm_key)[:, None]
+
+
 @torch.no_grad()
 def run_episodes(
     vla: nn.Module,
@@ -91,33 +129,49 @@ def run_episodes(
     config: TaskConfig | None = None,
     batch_size: int = 16,
     on_episode: Callable[[EpisodeOutcome], None] | None = None,
+    execute_steps: int | None = None,
 ) -> list[EpisodeOutcome]:
     """Run episode ``seed`` of the task for every seed (``config``: the task distribution, default the
     demonstrations' one) with ``vla`` in lockstep batches of ``batch_size``; outcomes in the order of ``seeds``.
 
-    ``on_episode`` is called as each episode ends (progress bars).
+    ``on_episode`` is called as each episode ends (progress bars). ``execute_steps``: actions of each predicted
+    chunk executed open loop before the next prediction (an OFT model; default and at most: its whole chunk; an
+    OpenVLA model predicts one action at a time).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} is not allowed; use an integer >= 1")
+    from prismatic_tr.bench.vla.oft_step import is_oft
+
+    chunk = vla.oft.num_actions_chunk if is_oft(vla) else 1
+    if execute_steps is not None and (isinstance(execute_steps, bool) or not isinstance(execute_steps, int)
+                                      or not 1 <= execute_steps <= chunk):
+        raise ValueError(f"execute_steps={execute_steps!r} is not allowed; use an integer in [1, {chunk}] (the "
+                         "model's chunk) or None for the whole chunk")
+    run_for = execute_steps or chunk
     outcomes: list[EpisodeOutcome] = []
     for start in range(0, len(seeds), batch_size):
-        envs = [make_episode(int(s), config) for s in seeds[start : start + batch_size]]
-        images = [env.reset().image for env in envs]
+        envs = [make_episode(int(s), config, third_person=is_oft(vla)) for s in seeds[start : start + batch_size]]
+        observations = [env.reset() for env in envs]
         running = list(range(len(envs)))
         done: dict[int, EpisodeOutcome] = {}
         while running:
-            actions = policy_actions(vla, processor, [envs[i] for i in running], [images[i] for i in running],
+            chunks = policy_chunks(vla, processor, [envs[i] for i in running], [observations[i] for i in running],
                                    unnorm_key)
-            still = []
-            for i, action in zip(running, actions, strict=True):
-                obs, _, finished, info = envs[i].step(action)
-                images[i] = obs.image
-                if finished:
-                    done[i] = EpisodeOutcome(envs[i].seed, envs[i].instruction, info.outcome, info.steps)
-                    if on_episode is not None:
-                        on_episode(done[i])
-                else:
-                    still.append(i)
-            running = still
+            for k in range(run_for):
+                still = []
+                for i, actions in zip(running, chunks, strict=True):
+                    if i in done:
+                        continue
+                    obs, _, finished, info = envs[i].step(actions[k])
+                    observations[i] = obs
+                    if finished:
+                        done[i] = EpisodeOutcome(envs[i].seed, envs[i].instruction, info.outcome, info.steps)
+                        if on_episode is not None:
+                            on_episode(done[i])
+                    else:
+                        still.append(i)
+                if not still:
+                    break
+            running = [i for i in running if i not in done]
         outcomes.extend(done[i] for i in range(len(envs)))
     return outcomes

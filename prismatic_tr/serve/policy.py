@@ -61,6 +61,7 @@ class ServedPolicy:
     def predict(self, requests: Sequence[ActRequest]) -> list[np.ndarray]:
         """One batched ``predict_action`` for requests that share an ``unnorm_key``; one (A,) action each."""
         from prismatic_tr.models import build_prompt
+        from prismatic_tr.models.oft import camera_inputs
 
         keys = {r.unnorm_key for r in requests}
         if len(keys) != 1:
@@ -71,11 +72,8 @@ class ServedPolicy:
         if any(len(r.images) != cameras for r in requests):
             raise ValueError("a batch's requests hold the same number of images")
         # as OpenVLA's deploy.py (and OFT's get_vla_action, camera by camera): PIL RGB through the processor
-        per_camera = [self.processor(prompts, [Image.fromarray(r.images[j]).convert("RGB") for r in requests])
-                      for j in range(cameras)]
-        inputs = dict(per_camera[0])
-        if cameras > 1:
-            inputs["pixel_values"] = torch.cat([c["pixel_values"] for c in per_camera], dim=1)
+        inputs = camera_inputs(self.processor, prompts, [[Image.fromarray(r.images[j]).convert("RGB")
+                                                          for r in requests] for j in range(cameras)])
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
         if self.oft is None:
             actions = self.vla.predict_action(**inputs, unnorm_key=key, do_sample=False)

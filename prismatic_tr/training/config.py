@@ -17,6 +17,18 @@ LR_SCHEDULES = ("constant", "cosine")
 COSINE_FLOOR = 0.1  # the cosine schedule ends at this fraction of the learning rate
 
 
+def lr_factor(step: int, warmup_steps: int, max_steps: int, schedule: str = "cosine") -> float:
+    """Multiplier of the learning rate at optimizer step ``step`` (0-based): a linear warm-up over
+    ``warmup_steps``, then constant or a cosine to ``COSINE_FLOOR`` at ``max_steps``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    span = max(1, max_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    return COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
 NO_REDUCTION = ("", "none", "null")  # method words that turn the reduction off
 
 
@@ -216,13 +228,7 @@ class FinetuneConfig:
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``learning_rate`` at optimizer step ``step`` (0-based): warm-up, then the schedule."""
-        if step < self.lr_warmup_steps:
-            return (step + 1) / self.lr_warmup_steps
-        if self.lr_schedule == "constant":
-            return 1.0
-        span = max(1, self.max_steps - self.lr_warmup_steps)
-        progress = min(1.0, (step - self.lr_warmup_steps) / span)
-        return COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * progress))
+        return lr_factor(step, self.lr_warmup_steps, self.max_steps, self.lr_schedule)
 
     def autocast(self, device: Any) -> bool:
         """Whether forwards run under bf16 autocast on ``device``."""

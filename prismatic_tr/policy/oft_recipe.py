@@ -1,0 +1,275 @@
+"""The OpenVLA-OFT-style tabletop policy, one command from the demonstration split (``vla_scripts/train_oft_policy.py``):
+
+expert demonstrations with both cameras and the state (RLDS, OFT's LIBERO layout) -> an OFT model made from an
+OpenVLA-style tabletop policy (the bundled one by default: OFT fine-tunes a trained OpenVLA) with a new proprio
+projector and L1 head -> AdamW on the L1 loss of the normalised 8-step chunk -> the saved checkpoint with the most
+successes on validation episodes -> closed-loop success on the validation and the test seed split.
+
+Output directory layout::
+
+    data/tabletop_pick_oft/1.0.0, demos.json    the demonstrations (both cameras, state) and their summary
+    checkpoints/step_N                          every save_steps (OFT's layout: the VLA, action_head--,
+                                                proprio_projector--, dataset_statistics.json, the processor)
+    training_curve.csv                          loss / lr / step time per step
+    evaluation.json                             settings, demonstrations, selection, success per seed split, minutes
+
+Validation success is what the choice of checkpoint reads; test success is reported only.
+"""
+
+# No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_ranges, split_seeds
+
+DATASET = "tabletop_pick_oft"  # the demonstrations' dataset name and the policy's unnorm_key
+DEMO_FIELDS = {"num_episodes": "num_episodes", "demo_seed": "seed", "motion_noise": "motion_noise",
+               "demo_min_objects": "min_objects", "demo_max_objects": "max_objects"}  # flag -> DemoConfig field
+CURVE = "training_curve.csv"
+
+
+def _int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+
+
+@dataclass
+class OFTPolicyTrainConfig:
+    """Train the OFT-style tabletop policy (2 cameras, proprio, chunk of 8, L1 head) from the demonstration split."""
+
+    # fmt: off
+    output_dir: Path = Path("outputs/oft_policy")  # data/, checkpoints/, training_curve.csv, evaluation.json
+    base_policy: Path | None = None            # OpenVLA-style checkpoint whose towers, projector and Llama it starts
+                                               #   from (default: the bundled tabletop policy)
+    num_episodes: int = 2000                   # expert demonstrations (seeds demo_seed ...)
+    demo_seed: int = 0                         # first demonstration seed (demonstrations split: 0-499,999)
+    motion_noise: float = 0.2                  # executed-motion noise of the demonstrations (DART-style)
+    demo_min_objects: int = 1                  # objects per demonstration scene, uniform in [min, max]
+    demo_max_objects: int = 5
+    data_root: Path | None = None              # demonstrations written before (default: <output_dir>/data)
+    num_images: int = 2                        # cameras: third-person (1), and the eye-in-hand one (2)
+    chunk: int = 8                             # actions predicted per pass
+    attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
+    freeze_vision: bool = True                 # train projector, Llama, proprio projector and head only
+    batch_size: int = 16                       # examples per optimizer step
+    max_steps: int = 1500                      # optimizer steps (cosine schedule over them)
+    learning_rate: float = 5e-4                # AdamW peak rate; cosine to 10 % at max_steps after the warm-up
+    lr_warmup_steps: int = 100                 # linear warm-up steps
+    seed: int = 0                              # new modules' weights, torch seed and data order
+    save_steps: int = 250                      # checkpoint interval (the candidates for --select_episodes)
+    select_episodes: int = 50                  # validation episodes per checkpoint; the best is the policy (0: last)
+    execute_steps: int | None = None           # chunk actions run open loop per prediction (null: the whole chunk)
+    eval_episodes: int = 200                   # closed-loop episodes from the validation split
+    test_episodes: int = 200                   # closed-loop episodes from the test split (reporting only)
+    eval_batch_size: int = 25                  # episodes run in lockstep
+    bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
+    install_dir: Path | None = None            # copy the chosen checkpoint and its records here
+    progress: bool = True                      # progress bars
+    # fmt: on
+
+    def __post_init__(self) -> None:
+        from prismatic_tr.models.oft_config import ATTENTIONS
+
+        self.output_dir = Path(self.output_dir)
+        for name, low in (("num_episodes", 1), ("demo_seed", 0), ("batch_size", 1), ("max_steps", 1),
+                          ("lr_warmup_steps", 0), ("seed", 0), ("save_steps", 1), ("select_episodes", 0),
+                          ("eval_episodes", 1), ("test_episodes", 1), ("eval_batch_size", 1), ("chunk", 1)):
+            _int(name, getattr(self, name), low)
+        if self.num_images not in (1, 2):
+            raise ValueError(f"--num_images {self.num_images!r} is not allowed; use 1 (third-person) or 2 (and the "
+                             "eye-in-hand camera)")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"--attention {self.attention!r} is not allowed; choose one of {list(ATTENTIONS)}")
+        if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
+                                               not isinstance(self.execute_steps, int) or
+                                               not 1 <= self.execute_steps <= self.chunk):
+            raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer in [1, --chunk "
+                             f"{self.chunk}] or null for the whole chunk")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate {self.learning_rate!r} is not allowed; use a number > 0")
+        if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
+            raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
+                             "are not allowed; need 1 <= min <= max <= 5")
+        if not 0.0 <= self.motion_noise <= 1.0:
+            raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
+        if self.base_policy is not None:
+            self.base_policy = Path(self.base_policy)
+            if not (self.base_policy / "config.json").is_file():
+                raise ValueError(f"--base_policy {str(self.base_policy)!r} is not a checkpoint directory (no "
+                                 "config.json)")
+        if self.data_root is not None:
+            self.data_root = Path(self.data_root)
+            if not (self.data_root / DATASET / "demos.json").is_file():
+                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} demonstrations "
+                                 f"({DATASET}/demos.json); omit it to write them into <output_dir>/data")
+        else:
+            check_seeds(DEMONSTRATIONS, self.demo_seed, self.num_episodes,
+                        job=f"--demo_seed {self.demo_seed} with --num_episodes {self.num_episodes}")
+            self._check_written_demos()
+        for split, n in ((VALIDATION, max(self.eval_episodes, self.select_episodes)), (TEST, self.test_episodes)):
+            split_seeds(split, n)
+        if self.install_dir is not None:
+            self.install_dir = Path(self.install_dir)
+
+    def _check_written_demos(self) -> None:
+        path = self.output_dir / "data" / DATASET / "demos.json"
+        if not path.is_file():
+            return
+        written = json.loads(path.read_text())["config"]
+        differ = {flag: written.get(key) for flag, key in DEMO_FIELDS.items() if written.get(key) != getattr(self, flag)}
+        if differ:
+            raise ValueError(f"{path} holds demonstrations written with other settings ({differ}); remove "
+                             f"{path.parent} or choose another --output_dir")
+
+    def autocast(self) -> bool:
+        if self.bf16_autocast is not None:
+            return bool(self.bf16_autocast)
+        from prismatic_tr.bench.measure.devices import cpu_has_native_bf16
+
+        return torch.cuda.is_available() or cpu_has_native_bf16()
+
+    def settings(self) -> Any:
+        """The policy's :class:`~prismatic_tr.models.oft_config.OFTSettings`."""
+        from prismatic_tr.envs.spec import ACTION_DIM, PROPRIO_DIM
+        from prismatic_tr.models.oft_config import OFTSettings
+
+        return OFTSettings(num_images_in_input=self.num_images, num_actions_chunk=self.chunk, action_dim=ACTION_DIM,
+                           proprio_dim=PROPRIO_DIM, attention=self.attention)
+
+    def to_record(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def ensure_demos(cfg: OFTPolicyTrainConfig) -> Path:
+    """Write the demonstrations with both cameras once (unless ``cfg.data_root`` names them); the data root."""
+    from prismatic_tr.envs.demos import DemoConfig, make_demos
+
+    if cfg.data_root is not None:
+        return cfg.data_root
+    root = cfg.output_dir / "data"
+    if not (root / DATASET / "demos.json").is_file():
+        make_demos(DemoConfig(num_episodes=cfg.num_episodes, seed=cfg.demo_seed, output_dir=root,
+                              dataset_name=DATASET, motion_noise=cfg.motion_noise, min_objects=cfg.demo_min_objects,
+                              max_objects=cfg.demo_max_objects, third_person=True, progress=cfg.progress))
+    return root
+
+
+def batches(cfg: OFTPolicyTrainConfig, data_root: Path, processor: Any, stats: dict[str, Any]) -> Any:
+    """An endless iterator of collated training batches (shuffled with ``cfg.seed``)."""
+    from torch.utils.data import DataLoader
+
+    from prismatic_tr.data import RLDSIterableDataset
+    from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator
+
+    source = OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images)
+    transform = OFTChunkTransform(processor, stats[DATASET], cfg.settings().normalization)
+    dataset = RLDSIterableDataset(source, transform, train=True, shuffle_buffer_size=20_000, seed=cfg.seed)
+    pad = processor.tokenizer.pad_token_id
+    return iter(DataLoader(dataset, batch_size=cfg.batch_size, num_workers=0, collate_fn=OFTCollator(int(pad))))
+
+
+def evaluate(checkpoint: Path, split: str, episodes: int, cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
+    """Closed-loop success of an OFT checkpoint on the first ``episodes`` seeds of ``split`` (plus ``wall_s``)."""
+    from tqdm.auto import tqdm
+
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.closed_loop import evaluation_record, run_episodes
+
+    vla, processor = load_vla(checkpoint)
+    bar = tqdm(total=episodes, desc=f"closed loop ({split})", disable=not cfg.progress)
+    start = time.perf_counter()
+    outcomes = run_episodes(vla, processor, list(split_seeds(split, episodes)), DATASET,
+                            batch_size=cfg.eval_batch_size, on_episode=lambda _: bar.update(),
+                            execute_steps=cfg.execute_steps)
+    bar.close()
+    return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
+
+
+def choose(cfg: OFTPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint with the most successes on ``cfg.select_episodes`` validation episodes (ties: the later)."""
+    steps = sorted(checkpoints)
+    if cfg.select_episodes == 0 or len(steps) == 1:
+        return checkpoints[steps[-1]], {"episodes": 0, "rule": "the last step's checkpoint"}
+    scores = [{"step": s, "checkpoint": str(checkpoints[s]),
+               "successes": evaluate(checkpoints[s], VALIDATION, cfg.select_episodes, cfg)["successes"]}
+              for s in steps]
+    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
+    return checkpoints[steps[best]], {"episodes": cfg.select_episodes, "split": VALIDATION,
+                                      "rule": "most validation successes, ties to the later step",
+                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
+
+
+def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
+    """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
+    from prismatic_tr.bench.measure.devices import cpu_info
+    from prismatic_tr.data.oft import OFTChunkSource, oft_statistics
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.bundled import bundled_policy_dir
+    from prismatic_tr.policy.oft_policy import oft_from_openvla, train_oft
+    from prismatic_tr.policy.train import write_curve
+    from prismatic_tr.training.config import lr_factor
+
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    data_root = ensure_demos(cfg)
+    t_demos = time.perf_counter()
+    stats = oft_statistics(OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images), DATASET)
+    base = cfg.base_policy or bundled_policy_dir()
+    openvla, processor = load_vla(base, dtype=torch.float32)
+    vla = oft_from_openvla(openvla, cfg.settings(), seed=cfg.seed)
+    del openvla
+    vla.norm_stats = vla.config.norm_stats = stats
+
+    def save(path: Path) -> None:
+        vla.save_pretrained(path)
+        processor.save_pretrained(path)
+
+    torch.manual_seed(cfg.seed)
+    result = train_oft(vla, batches(cfg, data_root, processor, stats), cfg.max_steps,
+                       lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
+                       cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, cfg.autocast())
+    write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
+    t_train = time.perf_counter()
+    checkpoint, selection = choose(cfg, result.checkpoints)
+    t_select = time.perf_counter()
+    evaluation = {split: evaluate(checkpoint, split, n, cfg)
+                  for split, n in ((VALIDATION, cfg.eval_episodes), (TEST, cfg.test_episodes))}
+    demos = data_root / DATASET / "demos.json"
+    record = {
+        "recipe": "prismatic_tr.policy.oft_recipe.run_recipe (vla_scripts/train_oft_policy.py)",
+        "config": cfg.to_record(), "base_policy": str(base), "oft_settings": asdict(cfg.settings()),
+        "seed_splits": split_ranges(), "demonstrations": {"data_root": str(data_root), **json.loads(demos.read_text())},
+        "training": {"steps": cfg.max_steps, "last_loss": result.history[-1]["loss"], "curve": CURVE,
+                     "checkpoints": {str(k): str(v) for k, v in result.checkpoints.items()}},
+        "selection": selection, "checkpoint": str(checkpoint), "execute_steps": cfg.execute_steps or cfg.chunk,
+        "evaluation": evaluation,
+        "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
+                    "selection": (t_select - t_train) / 60,
+                    **{f"evaluation_{k}": v["wall_s"] / 60 for k, v in evaluation.items()}},
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()},
+    }
+    text = json.dumps(record, indent=2) + "\n"
+    (cfg.output_dir / "evaluation.json").write_text(text)
+    if cfg.install_dir is not None:
+        install(checkpoint, [cfg.output_dir / CURVE, cfg.output_dir / "evaluation.json", demos], cfg.install_dir)
+    return json.loads(text)
+
+
+def install(checkpoint: Path, records: list[Path], target: Path) -> Path:
+    """Copy the checkpoint's files and the records into ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for f in sorted(checkpoint.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, target / f.name)
+    for r in records:
+        shutil.copy2(r, target / r.name)
+    return target

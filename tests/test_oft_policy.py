@@ -1,0 +1,215 @@
+"""The OpenVLA-OFT-style tabletop policy: data with both cameras and chunks, the model made from an OpenVLA-style
+one, L1 training, closed-loop chunks and the one command (``vla_scripts/train_oft_policy.py``) at toy size.
+
+Nothing here times anything; the success of the full-size policy is measured by the command and recorded in
+``benchmarks/results/oft_policy/``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
+from prismatic_tr.envs import make_episode
+from prismatic_tr.envs.demos import DemoConfig, expert_episode, make_demos
+from prismatic_tr.models import build_processor, build_vla, load_vla
+from prismatic_tr.models.oft import camera_inputs, normalize_oft_actions, unnormalize_oft_actions
+from prismatic_tr.models.oft_config import OFTSettings
+from prismatic_tr.policy.closed_loop import run_episodes
+from prismatic_tr.policy.oft_policy import SHARED, l1_loss, oft_from_openvla, predict_chunk, train_oft
+from prismatic_tr.policy.oft_recipe import DATASET
+from vla_scripts import train_oft_policy
+
+SETTINGS = OFTSettings(num_images_in_input=2, num_actions_chunk=8, action_dim=7, proprio_dim=4)
+DEMO_SEEDS = (40, 41, 42)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("oft_demos")
+    make_demos(DemoConfig(num_episodes=len(DEMO_SEEDS), seed=DEMO_SEEDS[0], output_dir=root, dataset_name=DATASET,
+                          min_objects=1, max_objects=3, third_person=True, progress=False))
+    return root
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight OpenVLA-style checkpoint (preset tiny) with the task's processor."""
+    out = tmp_path_factory.mktemp("oft_base")
+    vla = build_vla("tiny", seed=0)
+    vla.save_pretrained(out)
+    build_processor(vla.config, task_words=True).save_pretrained(out)
+    return out
+
+
+def steps_of(demos: Path) -> list[dict[str, Any]]:
+    source = OFTChunkSource(demos, DATASET, chunk=8, num_images=2)
+    return list(source.decode(source.step_dataset()).as_numpy_iterator())
+
+
+def test_demonstrations_hold_both_cameras_the_state_and_chunks(demos: Path) -> None:
+    steps = steps_of(demos)
+    episodes = [expert_episode(s, DemoConfig(min_objects=1, max_objects=3).task_config(), third_person=True)
+                for s in DEMO_SEEDS]
+    assert len(steps) == sum(len(e.actions) for e in episodes)
+    i = 0
+    for ep in episodes:
+        actions = np.stack(ep.actions)
+        n = len(actions)
+        for t in range(n):
+            step = steps[i + t]
+            primary, wrist = step["images"]
+            assert np.array_equal(primary, ep.third_person_images[t])  # OFT's layout: image = third-person
+            assert np.array_equal(wrist, ep.images[t])                 # wrist_image = eye-in-hand
+            expected = actions[np.minimum(np.arange(t, t + 8), n - 1)]  # the last action repeated past the end
+            np.testing.assert_array_equal(step["actions"], expected)
+            np.testing.assert_allclose(step["state"], [*ep.states[t].effector, float(ep.states[t].gripper_open)],
+                                       atol=1e-6)
+        i += n
+
+
+def test_openvla_style_demonstrations_are_unchanged(tmp_path: Path) -> None:
+    make_demos(DemoConfig(num_episodes=1, seed=40, output_dir=tmp_path, dataset_name="plain", progress=False))
+    from prismatic_tr.data import RLDSSource
+
+    step = next(RLDSSource(tmp_path, "plain").step_dataset().as_numpy_iterator())
+    first = make_episode(40, DemoConfig().task_config()).reset().image
+    import io
+
+    from PIL import Image
+
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(step["image"]))), first)
+    with pytest.raises(ValueError, match="wrist image"):
+        OFTChunkSource(tmp_path, "plain", num_images=2)
+
+
+def test_statistics_and_examples_normalise_as_oft(demos: Path, base: Path) -> None:
+    source = OFTChunkSource(demos, DATASET, chunk=8, num_images=2)
+    stats = oft_statistics(source, DATASET)[DATASET]
+    assert set(stats) >= {"action", "proprio"} and len(stats["proprio"]["q01"]) == 4
+    assert stats["proprio"]["mask"] == [True] * 4 and stats["action"]["mask"] == [True] * 6 + [False]
+    _, processor = load_vla(base)
+    step = steps_of(demos)[5]
+    example = OFTChunkTransform(processor, stats)(step)
+    images = [[step["images"][0]], [step["images"][1]]]
+    inputs = camera_inputs(processor, ["In: What action should the robot take to "
+                                       f"{step['instruction'].decode()}?\nOut:"], images)
+    assert torch.equal(example["pixel_values"], inputs["pixel_values"][0])  # as at inference
+    assert torch.equal(example["input_ids"], inputs["input_ids"][0])
+    back = unnormalize_oft_actions(example["actions"].double().numpy(), stats["action"], "bounds_q99")
+    inside = (step["actions"] >= np.array(stats["action"]["q01"])) & (step["actions"] <= np.array(stats["action"]["q99"]))
+    np.testing.assert_allclose(back[inside], step["actions"][inside], atol=1e-5)
+    assert float(example["actions"].abs().max()) <= 1.0 and float(example["proprio"].abs().max()) <= 1.0
+    batch = OFTCollator(0)([example, OFTChunkTransform(processor, stats)(steps_of(demos)[0])])
+    assert batch["pixel_values"].shape[:2] == (2, 12) and batch["actions"].shape == (2, 8, 7)
+
+
+def test_normalising_actions_inverts_unnormalising_inside_the_bounds() -> None:
+    stats = {"q01": [-1.0, 0.0], "q99": [3.0, 1.0], "mask": [True, False]}
+    raw = np.array([[2.0, 1.0], [-1.0, 0.0], [9.0, 0.5]])
+    norm = normalize_oft_actions(raw, stats, "bounds_q99")
+    np.testing.assert_allclose(norm, [[0.5, 1.0], [-1.0, 0.0], [1.0, 0.5]], atol=1e-7)  # clipped, gripper raw
+    np.testing.assert_allclose(unnormalize_oft_actions(norm[:2], stats, "bounds_q99"), raw[:2], atol=1e-6)
+
+
+def test_the_oft_model_takes_its_bases_modules_and_trains_on_the_inference_pass(demos: Path, base: Path) -> None:
+    openvla, processor = load_vla(base)
+    vla = oft_from_openvla(openvla, SETTINGS, seed=3)
+    for name in SHARED:
+        mine, theirs = getattr(vla, name).state_dict(), getattr(openvla, name).state_dict()
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    again = oft_from_openvla(openvla, SETTINGS, seed=3)
+    assert torch.equal(again.action_head.model.fc1.weight, vla.action_head.model.fc1.weight)  # seeded
+    source = OFTChunkSource(demos, DATASET, chunk=8, num_images=2)
+    stats = oft_statistics(source, DATASET)
+    vla.norm_stats = vla.config.norm_stats = stats
+    transform = OFTChunkTransform(processor, stats[DATASET])
+    steps = steps_of(demos)
+    batch = OFTCollator(int(processor.tokenizer.pad_token_id))([transform(steps[i]) for i in (0, 3, 7)])
+    with torch.no_grad():
+        chunk = predict_chunk(vla, batch)
+        acted = vla.predict_action(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                   pixel_values=batch["pixel_values"], proprio=batch["proprio"], unnorm_key=DATASET)
+    expected = unnormalize_oft_actions(chunk.numpy(), stats[DATASET]["action"], "bounds_q99")
+    np.testing.assert_allclose(acted, expected, atol=1e-5)
+    # a few AdamW steps on one batch bring the L1 loss down; towers frozen
+    towers = {k: v.clone() for k, v in vla.vision_backbone.state_dict().items()}
+    first = float(l1_loss(vla, batch, autocast=False).detach())
+    saved: list[Path] = []
+    result = train_oft(vla, iter([batch] * 30), 30, lambda step: 1.0, 2e-3, Path("unused"), 15, saved.append)
+    assert float(l1_loss(vla, batch, autocast=False)) < 0.5 * first
+    assert [int(r["step"]) for r in result.history] == list(range(1, 31)) and saved == [Path("unused/step_15"),
+                                                                                        Path("unused/step_30")]
+    assert all(torch.equal(v, vla.vision_backbone.state_dict()[k]) for k, v in towers.items())
+    assert not any(p.requires_grad for p in vla.parameters())
+
+
+class CountingOFT:
+    """Counts predict_action calls of an OFT model (everything else passes through)."""
+
+    def __init__(self, vla: Any) -> None:
+        self.vla, self.calls = vla, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.vla, name)
+
+    def predict_action(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.vla.predict_action(**kwargs)
+
+
+def test_closed_loop_runs_chunks_open_loop(demos: Path, base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    openvla, processor = load_vla(base)
+    vla = oft_from_openvla(openvla, SETTINGS)
+    vla.norm_stats = vla.config.norm_stats = oft_statistics(OFTChunkSource(demos, DATASET), DATASET)
+    import prismatic_tr.bench.vla.oft_step as oft_step
+
+    from prismatic_tr.models import NativeOpenVLAOFT
+
+    monkeypatch.setattr(oft_step, "is_oft", lambda m: isinstance(getattr(m, "vla", m), NativeOpenVLAOFT))
+    for execute, seed in ((None, 3_000_000), (3, 3_000_000), (1, 3_000_001)):
+        counted = CountingOFT(vla)
+        [outcome] = run_episodes(counted, processor, [seed], DATASET, batch_size=1, execute_steps=execute)
+        per_call = execute or 8
+        assert counted.calls == -(-outcome.steps // per_call)  # one prediction per executed chunk
+    with pytest.raises(ValueError, match="execute_steps"):
+        run_episodes(vla, processor, [1], DATASET, execute_steps=9)
+    with pytest.raises(ValueError, match="execute_steps"):
+        run_episodes(openvla, processor, [1], DATASET, execute_steps=2)  # an OpenVLA model acts one step at a time
+
+
+def test_one_command_trains_chooses_on_validation_and_evaluates(demos: Path, base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["--output_dir", str(out), "--base_policy", str(base), "--data_root", str(demos), "--max_steps", "4",
+            "--batch_size", "2", "--save_steps", "2", "--lr_warmup_steps", "1", "--select_episodes", "2",
+            "--eval_episodes", "2", "--test_episodes", "2", "--eval_batch_size", "2", "--execute_steps", "4",
+            "--install_dir", str(tmp_path / "installed"), "--progress", "false"]
+    record = train_oft_policy.main(train_oft_policy.parse_config(argv))
+    assert [c["step"] for c in record["selection"]["candidates"]] == [2, 4]
+    assert record["evaluation"]["validation"]["seeds"] == [1_000_000, 1_000_001]
+    assert record["evaluation"]["test"]["seeds"] == [3_000_000, 3_000_001]
+    assert record["execute_steps"] == 4 and record["machine"]["cores"] >= 1
+    assert json.loads((out / "evaluation.json").read_text()) == record
+    installed, _ = load_vla(tmp_path / "installed")
+    assert installed.oft.num_actions_chunk == 8 and installed.vision_backbone.get_num_images_in_input() == 2
+    assert (tmp_path / "installed" / "action_head--latest_checkpoint.pt").is_file()
+    assert (out / "training_curve.csv").read_text().count("\n") == 5
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--chunk", "0"], "--chunk 0"),
+    (["--num_images", "3"], "--num_images 3"),
+    (["--execute_steps", "9"], "--execute_steps 9"),
+    (["--attention", "sideways"], "--attention 'sideways'"),
+    (["--demo_seed", "499999", "--num_episodes", "5"], "demonstrations"),
+    (["--base_policy", "/nonexistent"], "--base_policy"),
+])
+def test_bad_flags_exit_2(argv: list[str], match: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        train_oft_policy.parse_config(argv)
+    assert exc.value.code == 2 and match in capsys.readouterr().err
