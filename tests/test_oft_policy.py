@@ -199,6 +199,19 @@ def test_one_command_trains_chooses_on_validation_and_evaluates(demos: Path, bas
     assert installed.oft.num_actions_chunk == 8 and installed.vision_backbone.get_num_images_in_input() == 2
     assert (tmp_path / "installed" / "action_head--latest_checkpoint.pt").is_file()
     assert (out / "training_curve.csv").read_text().count("\n") == 5
+    # eval_policy takes the OFT policy: the same closed loop, under a reduction setting too, timed on both cameras
+    from vla_scripts import eval_policy
+
+    rows = eval_policy.main(eval_policy.parse_config([
+        "--vla_path", str(tmp_path / "installed"), "--split", "test", "--episodes", "2", "--methods", "[]",
+        "--settings", "vision:diverse:0.5@0.25", "--execute_steps", "4", "--timing_runs", "1", "--batch_size", "2",
+        "--output_dir", str(tmp_path / "eval"), "--progress", "false"]))
+    assert [r["setting"] for r in rows][0] == "none" and len(rows) == 2
+    assert rows[0]["success_rate"] == record["evaluation"]["test"]["success_rate"]  # the recipe's own closed loop
+    assert rows[1]["num_patches"] < rows[0]["num_patches"] and rows[1]["predict_action_ms"] > 0
+    with pytest.raises(SystemExit):
+        eval_policy.main(eval_policy.parse_config(["--vla_path", str(tmp_path / "installed"), "--execute_steps", "9",
+                                                   "--episodes", "1", "--methods", "[]"]))
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -59,6 +59,8 @@ class EvalPolicyConfig:
     min_objects: int = 3                    # task: objects per scene (the task's default, 3-5)
     max_objects: int = 5
     batch_size: int = 25                    # episodes run in lockstep
+    execute_steps: int | None = None        # an OpenVLA-OFT policy: chunk actions run open loop per prediction
+                                            #   (default: the whole chunk, OFT's rule)
     timing_runs: int = 10                   # predict_action timings per setting (interleaved, batch 1)
     output_dir: Path = Path("outputs/eval_policy")  # results.csv / .json / .png
     num_threads: int = 0                    # torch threads (0: torch's default)
@@ -74,6 +76,10 @@ class EvalPolicyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+        if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
+                                               not isinstance(self.execute_steps, int) or self.execute_steps < 1):
+            raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer >= 1 (at most "
+                             "the policy's chunk) or omit it for the whole chunk")
         self.seeds = list(split_seeds(self.split, self.episodes, self.seed,
                                       job=f"--split {self.split} --seed {self.seed} --episodes {self.episodes}"))
         self.output_dir = Path(self.output_dir)
@@ -147,6 +153,10 @@ def load(cfg: EvalPolicyConfig) -> tuple[Any, Any, str, str]:
         key = cfg.unnorm_key or (UNNORM_KEY if UNNORM_KEY in stats else (stats[0] if len(stats) == 1 else None))
         if key not in stats:
             raise ValueError(f"--unnorm_key {key!r} is not among the model's action statistics {stats}")
+        chunk = vla.oft.num_actions_chunk if hasattr(vla, "oft") else 1
+        if cfg.execute_steps is not None and cfg.execute_steps > chunk:
+            raise ValueError(f"--execute_steps {cfg.execute_steps} is more than the policy's chunk of {chunk} "
+                             "action(s)")
     except (OSError, ValueError) as err:
         print(f"{PROG}: error: cannot use {path!r}: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -167,7 +177,8 @@ def main(cfg: EvalPolicyConfig) -> list[dict[str, Any]]:
     seeds = cfg.seeds
     bar = tqdm(total=len(seeds) * len(cfg.setting_list), desc="episodes", disable=not cfg.progress)
     records = evaluate_settings(vla, processor, cfg.setting_list, seeds, key, cfg.task, cfg.batch_size,
-                                cfg.timing_runs, on_episode=lambda label, o: bar.update())
+                                cfg.timing_runs, on_episode=lambda label, o: bar.update(),
+                                execute_steps=cfg.execute_steps)
     bar.close()
     print(format_rows(records, CLOSED_LOOP_COLUMNS))
     cfg.output_dir.mkdir(parents=True, exist_ok=True)

@@ -88,26 +88,44 @@ def policy_actions(vla: nn.Module, processor: object, envs: list[TabletopEnv], i
     return np.asarray(actions, dtype=np.float64).reshape(len(envs), -1)
 
 
-def oft_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
-               unnorm_key: str) -> np.ndarray:
-    """(n, chunk, action_dim) actions of an OFT model for the episodes' current observations, one batched
-    predict_action: the third-person camera, then the eye-in-hand one (as many as the model takes), and the
-    proprio state normalised as OFT's client does."""
+def oft_inputs(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
+               unnorm_key: str) -> dict[str, Any]:
+    """The keyword arguments of an OFT model's batched ``predict_action`` for the episodes' current observations:
+    the third-person camera, then the eye-in-hand one (as many as the model takes), and the proprio state
+    normalised with the ``unnorm_key``'s statistics as OFT's client does."""
     from prismatic_tr.models.oft import camera_inputs, normalize_oft_proprio
 
-    oft = vla.oft
     views = [[o.third_person for o in observations], [o.image for o in observations]]
     if any(v is None for v in views[0]):
         raise ValueError("an OFT policy needs the third-person camera: make the episodes with third_person=True")
     inputs = camera_inputs(processor, [build_prompt(e.instruction) for e in envs],
                            views[: vla.vision_backbone.get_num_images_in_input()])
-    extra = {}
     if vla.proprio_projector is not None:
         state = np.stack([o.proprio for o in observations]).astype(np.float64)
-        extra["proprio"] = normalize_oft_proprio(state, vla.norm_stats[unnorm_key]["proprio"],
-                                                 oft.normalization).astype(np.float32)
-    actions = vla.predict_action(**inputs, unnorm_key=unnorm_key, do_sample=False, **extra)
+        inputs["proprio"] = normalize_oft_proprio(state, vla.norm_stats[unnorm_key]["proprio"],
+                                                  vla.oft.normalization).astype(np.float32)
+    return {**inputs, "unnorm_key": unnorm_key, "do_sample": False}
+
+
+def oft_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
+               unnorm_key: str) -> np.ndarray:
+    """(n, chunk, action_dim) actions of an OFT model for the episodes' current observations, one batched
+    predict_action (:func:`oft_inputs`)."""
+    oft = vla.oft
+    actions = vla.predict_action(**oft_inputs(vla, processor, envs, observations, unnorm_key))
     return np.asarray(actions, dtype=np.float64).reshape(len(envs), oft.num_actions_chunk, oft.action_dim)
+
+
+def policy_inputs(vla: nn.Module, processor: object, env: TabletopEnv, observation: Observation,
+                  unnorm_key: str) -> dict[str, Any]:
+    """The keyword arguments of ``predict_action`` for one episode's observation (batch 1), for either kind of
+    model: what the closed loop passes, so a timing of this call is a timing of one closed-loop step."""
+    from prismatic_tr.bench.vla.oft_step import is_oft
+
+    if is_oft(vla):
+        return oft_inputs(vla, processor, [env], [observation], unnorm_key)
+    return {**processor(build_prompt(env.instruction), observation.image), "unnorm_key": unnorm_key,
+            "do_sample": False}
 
 
 def policy_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],

@@ -18,9 +18,15 @@ import torch
 from torch import nn
 
 from prismatic_tr.bench.measure.timing import interleaved
+from prismatic_tr.bench.vla.oft_step import is_oft
 from prismatic_tr.envs import TaskConfig, make_episode
-from prismatic_tr.models.tokenizer import build_prompt
-from prismatic_tr.policy.closed_loop import EpisodeOutcome, SuccessSummary, outcome_counts, run_episodes
+from prismatic_tr.policy.closed_loop import (
+    EpisodeOutcome,
+    SuccessSummary,
+    outcome_counts,
+    policy_inputs,
+    run_episodes,
+)
 from prismatic_tr.vla import reduction_cut, reductions_attached, visual_token_count
 from prismatic_tr.vla.spec import Setting
 
@@ -40,10 +46,11 @@ def llm_visual_tokens(setting: Setting, projector_tokens: int) -> int:
 
 def time_settings(vla: nn.Module, processor: Any, settings: Sequence[Setting], unnorm_key: str,
                   config: TaskConfig | None, seed: int, warmup: int, repeats: int) -> dict[str, Any]:
-    """``predict_action`` at batch 1 per setting, interleaved; ``{label: TimingStats}``."""
-    obs = make_episode(seed, config).reset()
-    inputs = processor(build_prompt(obs.instruction), obs.image)
-    fns = {s.label: (lambda: vla.predict_action(**inputs, unnorm_key=unnorm_key)) for s in settings}
+    """``predict_action`` at batch 1 per setting, interleaved; ``{label: TimingStats}`` (an OFT model: one chunk
+    from both cameras and the state, as in the closed loop)."""
+    env = make_episode(seed, config, third_person=is_oft(vla))
+    inputs = policy_inputs(vla, processor, env, env.reset(), unnorm_key)
+    fns = {s.label: (lambda: vla.predict_action(**inputs)) for s in settings}
     contexts = {s.label: (lambda s=s: reduction(vla, s)) for s in settings}
     with torch.no_grad():
         return interleaved(fns, warmup=warmup, repeats=repeats, contexts=contexts)
@@ -60,11 +67,13 @@ def evaluate_settings(
     timing_repeats: int = 10,
     timing_warmup: int = 2,
     on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
+    execute_steps: int | None = None,
 ) -> list[dict[str, Any]]:
     """One record per setting (baseline first): success with its Wilson interval, episodes, mean steps, the
     episodes per outcome (``outcome_success``, ``outcome_timeout``, ``outcome_wrong_object``), the tokens the
     projector and the LLM see, ``predict_action`` medians and the speedup over the baseline
-    (None with ``timing_repeats=0``)."""
+    (None with ``timing_repeats=0``). ``execute_steps``: an OFT model's chunk actions run open loop per prediction
+    (:func:`prismatic_tr.policy.closed_loop.run_episodes`)."""
     if not settings or not settings[0].is_baseline:
         raise ValueError("settings must start with the unreduced baseline ('none')")
     timing = time_settings(vla, processor, settings, unnorm_key, config, seeds[0], timing_warmup, timing_repeats) \
@@ -74,7 +83,8 @@ def evaluate_settings(
         with reduction(vla, s):
             tokens, cut = visual_token_count(vla), reduction_cut(vla)
             outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
-                                    on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
+                                    on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None,
+                                    execute_steps=execute_steps)
         first = s.parts[0] if s.parts else s
         stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
         records.append({
