@@ -17,6 +17,7 @@ import torch
 from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
 from prismatic_tr.envs import make_episode
 from prismatic_tr.envs.demos import DemoConfig, expert_episode, make_demos
+from prismatic_tr.envs.env import Observation
 from prismatic_tr.models import build_processor, build_vla, load_vla
 from prismatic_tr.models.oft import camera_inputs, normalize_oft_actions, unnormalize_oft_actions
 from prismatic_tr.models.oft_config import OFTSettings
@@ -110,10 +111,12 @@ def test_statistics_and_examples_normalise_as_oft(demos: Path, base: Path) -> No
 
 
 def test_normalising_actions_inverts_unnormalising_inside_the_bounds() -> None:
-    stats = {"q01": [-1.0, 0.0], "q99": [3.0, 1.0], "mask": [True, False]}
-    raw = np.array([[2.0, 1.0], [-1.0, 0.0], [9.0, 0.5]])
+    stats = {"q01": [-1.0, 0.0, 0.0], "q99": [3.0, 1.0, 0.0], "min": [-2.0, 0.0, 0.0], "max": [4.0, 1.0, 0.0],
+             "mask": [True, False, True]}
+    raw = np.array([[2.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [9.0, 0.5, 0.0]])
     norm = normalize_oft_actions(raw, stats, "bounds_q99")
-    np.testing.assert_allclose(norm, [[0.5, 1.0], [-1.0, 0.0], [1.0, 0.5]], atol=1e-7)  # clipped, gripper raw
+    # clipped, the gripper raw, the dimension the data never moves 0 (as OFT's data pipeline)
+    np.testing.assert_allclose(norm, [[0.5, 1.0, 0.0], [-1.0, 0.0, 0.0], [1.0, 0.5, 0.0]], atol=1e-7)
     np.testing.assert_allclose(unnormalize_oft_actions(norm[:2], stats, "bounds_q99"), raw[:2], atol=1e-6)
 
 
@@ -168,7 +171,6 @@ def test_closed_loop_runs_chunks_open_loop(demos: Path, base: Path, monkeypatch:
     vla = oft_from_openvla(openvla, SETTINGS)
     vla.norm_stats = vla.config.norm_stats = oft_statistics(OFTChunkSource(demos, DATASET), DATASET)
     import prismatic_tr.bench.vla.oft_step as oft_step
-
     from prismatic_tr.models import NativeOpenVLAOFT
 
     monkeypatch.setattr(oft_step, "is_oft", lambda m: isinstance(getattr(m, "vla", m), NativeOpenVLAOFT))
@@ -226,3 +228,65 @@ def test_bad_flags_exit_2(argv: list[str], match: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exc:
         train_oft_policy.parse_config(argv)
     assert exc.value.code == 2 and match in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_oft(demos: Path, base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved random-weight OFT policy (preset tiny) with the demonstrations' statistics."""
+    out = tmp_path_factory.mktemp("tiny_oft")
+    openvla, processor = load_vla(base)
+    vla = oft_from_openvla(openvla, SETTINGS, seed=1)
+    vla.norm_stats = vla.config.norm_stats = oft_statistics(OFTChunkSource(demos, DATASET), DATASET)
+    vla.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def test_oft_relabelling_student_drives_teacher_labels_every_step_with_its_chunk(tiny_oft: Path) -> None:
+    from prismatic_tr.policy.closed_loop import oft_chunks
+    from prismatic_tr.policy.onpolicy import relabelled_oft_episodes
+    from prismatic_tr.vla import reductions_attached
+    from prismatic_tr.vla.spec import parse_setting
+
+    student, processor = load_vla(tiny_oft)
+    teacher, _ = load_vla(tiny_oft)
+    seeds = [3000, 3001]
+    with reductions_attached(student, parse_setting("vision:diverse:0.25@0.25").reductions()), torch.no_grad():
+        results = list(relabelled_oft_episodes(student, teacher, processor, seeds, DATASET, batch_size=2,
+                                               execute_steps=3))
+        alone = run_episodes(student, processor, seeds, DATASET, batch_size=2, execute_steps=3)
+    assert [(r.seed, r.outcome, r.steps) for r in results] == [(o.seed, o.outcome, o.steps) for o in alone]
+    for r in results:
+        env = make_episode(r.seed, third_person=True)
+        assert len(r.action_chunks) == len(r.third_person_images) == len(r.images) == r.steps
+        for t in (0, r.steps - 1):
+            state = np.array([*r.states[t].effector, float(r.states[t].gripper_open)], dtype=np.float32)
+            obs = Observation(r.images[t], r.instruction, state, r.third_person_images[t])
+            want = oft_chunks(teacher, processor, [env], [obs], DATASET)[0]
+            np.testing.assert_allclose(r.action_chunks[t], want, atol=1e-5)
+            np.testing.assert_allclose(r.actions[t], want[0], atol=1e-5)
+
+
+def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: Path, tmp_path: Path) -> None:
+    from vla_scripts import make_onpolicy_data
+
+    data = tmp_path / "onpolicy"
+    assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--setting", "vision:diverse:0.25@0.25",
+                                    "--num_episodes", "2", "--execute_steps", "4", "--output_dir", str(data),
+                                    "--batch_size", "2"]) == 0
+    source = OFTChunkSource(data, DATASET)
+    assert source.chunk_key == "action_chunk"
+    steps = list(source.decode(source.step_dataset()).as_numpy_iterator())
+    summary = json.loads((data / "onpolicy.json").read_text())
+    assert len(steps) == summary["steps"] and steps[0]["actions"].shape == (8, 7)
+    out = tmp_path / "run"
+    record = train_oft_policy.main(train_oft_policy.parse_config([
+        "--output_dir", str(out), "--init_oft", str(tiny_oft), "--data_root", str(data), "--setting",
+        "vision:diverse:0.25@0.25", "--max_steps", "2", "--batch_size", "2", "--save_steps", "2",
+        "--lr_warmup_steps", "1", "--select_episodes", "0", "--eval_episodes", "1", "--test_episodes", "1",
+        "--progress", "false"]))
+    assert record["setting"] == "vision:diverse:0.25@0.25" and record["demonstrations"]["steps"] == summary["steps"]
+    tuned, _ = load_vla(record["checkpoint"])
+    assert tuned.norm_stats == load_vla(tiny_oft)[0].norm_stats  # the policy's own statistics kept
+    assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--execute_steps", "9", "--num_episodes", "1",
+                                    "--output_dir", str(tmp_path / "x")]) == 2

@@ -7,6 +7,10 @@ dataset like ``make_demos.py``'s, read by ``vla_scripts/finetune.py --data_root_
     python vla_scripts/make_onpolicy_data.py --setting vision:diverse:0.1@0.25 --num_episodes 1000 \\
         --output_dir outputs/onpolicy
 
+An OpenVLA-OFT policy (``--vla_path`` an OFT checkpoint) acts as in the closed loop (chunks, ``--execute_steps`` of
+each open loop) and every step is labelled with the teacher's whole chunk, both cameras and the state recorded
+(``prismatic_tr.policy.onpolicy.relabelled_oft_episodes``); ``vla_scripts/train_oft_policy.py --init_oft`` trains on it.
+
 Seeds come from the demonstrations split (default: 3000 on, after the recipe's 3000 demonstrations), scenes from
 the demonstrations' distribution (1-5 objects). Writes ``<output_dir>/<dataset_name>/1.0.0`` and ``onpolicy.json``
 (config, seeds, the student's success while collecting, steps). Bad flags exit with status 2 before any work.
@@ -36,7 +40,8 @@ class OnPolicyConfig:
     seed: int = 3000                        # first seed, in the demonstrations split (0-499,999)
     vla_path: str | None = None             # the policy (default: the bundled one); the teacher is it unreduced
     output_dir: Path = Path("outputs/onpolicy")  # writes <output_dir>/<dataset_name>/1.0.0
-    dataset_name: str = "tabletop_pick"     # keep the policy's dataset key, so its action statistics carry over
+    dataset_name: str | None = None         # default: the policy's dataset key, so its action statistics carry over
+    execute_steps: int | None = None        # an OFT student: chunk actions run open loop per prediction (null: all)
     min_objects: int = 1                    # objects per scene (the demonstrations' 1-5)
     max_objects: int = 5
     batch_size: int = 25                    # episodes in lockstep
@@ -58,19 +63,23 @@ class OnPolicyConfig:
         if not self.parsed.reductions():
             raise ValueError(f"--setting {self.setting!r} reduces nothing; the student needs a reduction")
         self.task = TaskConfig(min_objects=self.min_objects, max_objects=self.max_objects)
+        if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
+                                               not isinstance(self.execute_steps, int) or self.execute_steps < 1):
+            raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer >= 1 or null")
         self.output_dir = Path(self.output_dir)
-        if (self.output_dir / self.dataset_name).exists():
-            raise ValueError(f"{self.output_dir / self.dataset_name} exists; choose another --output_dir")
+        if self.output_dir.exists() and any(self.output_dir.iterdir()):
+            raise ValueError(f"--output_dir {str(self.output_dir)!r} is not empty; choose another one")
         if self.vla_path is not None and not (Path(self.vla_path) / "config.json").is_file():
             raise ValueError(f"--vla_path {self.vla_path!r} is not a checkpoint directory (no config.json)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config_or_exit(OnPolicyConfig, argv, PROG, description=__doc__)
+    from prismatic_tr.bench.vla.oft_step import is_oft
     from prismatic_tr.envs.rlds import write_episodes
     from prismatic_tr.models import load_vla
     from prismatic_tr.policy.bundled import UNNORM_KEY, bundled_policy_dir
-    from prismatic_tr.policy.onpolicy import relabelled_episodes
+    from prismatic_tr.policy.onpolicy import relabelled_episodes, relabelled_oft_episodes
     from prismatic_tr.vla import reductions_attached
 
     if cfg.num_threads:
@@ -79,18 +88,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = cfg.vla_path or str(bundled_policy_dir())
     student, processor = load_vla(path)
     teacher, _ = load_vla(path)
+    keys = sorted(student.norm_stats or {})
+    key = UNNORM_KEY if UNNORM_KEY in keys else keys[0]
+    oft = is_oft(student)
+    if cfg.execute_steps is not None and (not oft or cfg.execute_steps > student.oft.num_actions_chunk):
+        print(f"{PROG}: error: --execute_steps {cfg.execute_steps} needs an OFT policy with a chunk at least that long",
+              file=sys.stderr)
+        return 2
     seeds = range(cfg.seed, cfg.seed + cfg.num_episodes)
     outcomes: list[tuple[int, str, int]] = []
 
     def episodes():
-        for result in relabelled_episodes(student.eval(), teacher.eval(), processor, seeds, UNNORM_KEY, cfg.task,
-                                          cfg.batch_size):
+        relabel = (lambda *a: relabelled_oft_episodes(*a, execute_steps=cfg.execute_steps)) if oft else \
+            relabelled_episodes
+        for result in relabel(student.eval(), teacher.eval(), processor, seeds, key, cfg.task, cfg.batch_size):
             outcomes.append((result.seed, result.outcome, result.steps))
             yield result
 
     with reductions_attached(student, cfg.parsed.reductions()):
-        out = write_episodes(cfg.output_dir, cfg.dataset_name, {"train": episodes},
-                             description=f"on-policy episodes of {path} under {cfg.setting}, teacher-labelled")
+        out = write_episodes(cfg.output_dir, cfg.dataset_name or key, {"train": episodes},
+                             description=f"on-policy episodes of {path} under {cfg.setting}, teacher-labelled",
+                             third_person=oft, chunk=student.oft.num_actions_chunk if oft else None)
     successes = sum(o == "success" for _, o, _ in outcomes)
     summary = {"command": " ".join(["python", "vla_scripts/make_onpolicy_data.py", *sys.argv[1:]]),
                "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},

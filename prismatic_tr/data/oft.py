@@ -6,7 +6,8 @@ A step, after :meth:`OFTChunkSource.step_dataset` and :meth:`OFTChunkSource.deco
      "state": float32 (P,), "actions": float32 (chunk, A): the step's action and the next chunk - 1 ones}
 
 The chunk runs past the episode's end by repeating its last action, as OFT's data pipeline does (its
-``chunk_act_obs`` clamps the future indices to the last step). :class:`OFTChunkTransform` turns a step into an
+``chunk_act_obs`` clamps the future indices to the last step). Steps that carry their own ``action_chunk`` (episodes
+relabelled by an OFT teacher, :mod:`prismatic_tr.policy.onpolicy`) give that chunk instead. :class:`OFTChunkTransform` turns a step into an
 example (the cameras' pixel values concatenated on the channel axis, as at inference; proprio and actions
 normalised with the dataset's statistics as OFT normalises them) and :class:`OFTCollator` pads a batch.
 """
@@ -56,6 +57,10 @@ class OFTChunkSource:
         self.image_keys = [self.rlds.keys.image] + ([wrist] if num_images == 2 else [])
         self.state_key = state
         self.state_dim = int(flat[state].shape[0])
+        self.chunk_key = "action_chunk" if "action_chunk" in flat else None
+        if self.chunk_key is not None and tuple(flat["action_chunk"].shape) != (chunk, action_dim):
+            raise ValueError(f"{self.rlds.version_dir} holds action chunks of shape {tuple(flat['action_chunk'].shape)}"
+                             f"; this training takes ({chunk}, {action_dim})")
 
     @property
     def num_episodes(self) -> int:
@@ -70,9 +75,12 @@ class OFTChunkSource:
         tf, _ = import_tf()
         keys, chunk, images, state_key = self.rlds.keys, self.chunk, self.image_keys, self.state_key
 
+        own_chunks = self.chunk_key
+
         def select(step: dict[str, Any]) -> dict[str, Any]:
-            return {"images": tuple(_get(step, k) for k in images), "instruction": _get(step, keys.instruction),
-                    "state": _get(step, state_key), "action": _get(step, keys.action)}
+            out = {"images": tuple(_get(step, k) for k in images), "instruction": _get(step, keys.instruction),
+                   "state": _get(step, state_key), "action": _get(step, keys.action)}
+            return {**out, "actions": step[own_chunks]} if own_chunks else out
 
         def with_chunks(steps: dict[str, Any]) -> dict[str, Any]:
             n = tf.shape(steps["action"])[0]
@@ -81,9 +89,12 @@ class OFTChunkSource:
             out = {k: v for k, v in steps.items() if k != "action"}
             return {**out, "actions": tf.gather(steps["action"], index)}
 
-        # one element per episode: its steps batched whole, chunked, then unbatched
-        ds = self._episodes().flat_map(
-            lambda ep: ep["steps"].map(select).batch(MAX_EPISODE_STEPS).map(with_chunks).unbatch())
+        if own_chunks:
+            ds = self._episodes().flat_map(lambda ep: ep["steps"].map(select)).map(
+                lambda s: {k: v for k, v in s.items() if k != "action"})
+        else:  # one element per episode: its steps batched whole, chunked, then unbatched
+            ds = self._episodes().flat_map(
+                lambda ep: ep["steps"].map(select).batch(MAX_EPISODE_STEPS).map(with_chunks).unbatch())
         rank, world = shard
         return ds.shard(world, rank) if world > 1 else ds
 

@@ -16,7 +16,9 @@ Step t holds the observation before action t; the image after the last action is
 
 Episodes recorded with the third-person camera (OpenVLA-OFT-style data, ``third_person=True``) are written in the
 layout of OFT's LIBERO datasets instead: ``observation/image`` is the third-person view (the primary camera) and
-``observation/wrist_image`` the eye-in-hand one; ``observation/state`` as above.
+``observation/wrist_image`` the eye-in-hand one; ``observation/state`` as above. Episodes relabelled by an OFT
+teacher (:mod:`prismatic_tr.policy.onpolicy`) also hold ``action_chunk`` (chunk, 7) float32 per step: the teacher's
+whole chunk there, which OFT training reads instead of the next actions.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ STATE_DIM = 4
 WRIST_IMAGE = "wrist_image"  # the eye-in-hand camera's key in third-person datasets (OFT's LIBERO layout)
 
 
-def rlds_features(tfds: Any, third_person: bool = False) -> Any:
+def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = None) -> Any:
     """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring)."""
     f = tfds.features
     flag = lambda: f.Tensor(shape=(), dtype=np.bool_)  # noqa: E731
@@ -50,6 +52,7 @@ def rlds_features(tfds: Any, third_person: bool = False) -> Any:
         "observation": f.FeaturesDict(observation),
         "language_instruction": f.Text(),
         "action": f.Tensor(shape=(ACTION_DIM,), dtype=np.float32),
+        **({"action_chunk": f.Tensor(shape=(chunk, ACTION_DIM), dtype=np.float32)} if chunk else {}),
         "reward": scalar(),
         "discount": scalar(),
         "is_first": flag(),
@@ -85,22 +88,25 @@ def episode_example(result: EpisodeResult) -> dict[str, Any]:
     if n == 0 or not (len(result.images) == len(result.states) == n):
         raise ValueError(f"episode {result.seed} was not recorded step by step (rollout(..., record=True))")
     third = result.third_person_images or [None] * n
-    if len(third) != n:
-        raise ValueError(f"episode {result.seed} has {len(third)} third-person images for {n} steps")
+    chunks = result.action_chunks or [None] * n
+    if len(third) != n or len(chunks) != n:
+        raise ValueError(f"episode {result.seed} has {len(third)} third-person images and {len(chunks)} action "
+                         f"chunks for {n} steps")
     terminal = result.outcome in (SUCCESS, WRONG_OBJECT)
     steps = [
         {
             "observation": observation(image, state, top),
             "language_instruction": result.instruction,
             "action": np.asarray(action, dtype=np.float32),
+            **({"action_chunk": np.asarray(c, dtype=np.float32)} if c is not None else {}),
             "reward": np.float32(t == n - 1 and result.success),
             "discount": np.float32(1.0),
             "is_first": t == 0,
             "is_last": t == n - 1,
             "is_terminal": t == n - 1 and terminal,
         }
-        for t, (image, action, state, top) in enumerate(zip(result.images, result.actions, result.states, third,
-                                                            strict=True))
+        for t, (image, action, state, top, c) in enumerate(zip(result.images, result.actions, result.states, third,
+                                                               chunks, strict=True))
     ]
     metadata = {"seed": result.seed, "success": result.success, "outcome": result.outcome, "kind": result.kind,
                 "target": result.target}
@@ -113,18 +119,20 @@ def write_episodes(
     splits: Mapping[str, Callable[[], Iterable[EpisodeResult]]],
     description: str = "",
     third_person: bool = False,
+    chunk: int | None = None,
 ) -> Path:
     """Write episodes as the RLDS dataset ``root/name/1.0.0``; returns that directory.
 
     ``splits`` maps a split name to a callable yielding recorded results (``rollout(..., record=True)``) one
     episode at a time, so no more than one episode is held in memory; they are stored in that order.
-    ``third_person``: the episodes were recorded with the third-person camera (OFT's layout, module docstring).
+    ``third_person``: the episodes were recorded with the third-person camera (OFT's layout, module docstring);
+    ``chunk``: they hold a teacher's ``action_chunks`` of that length.
     """
     from prismatic_tr.data.writer import write_tfds_dataset  # imports torch, then tensorflow lazily
 
     def examples(make: Callable[[], Iterable[EpisodeResult]]) -> Callable[[], Iterable[tuple[str, dict]]]:
         return lambda: ((f"seed_{r.seed}", episode_example(r)) for r in make())
 
-    features = lambda tfds: rlds_features(tfds, third_person)  # noqa: E731
+    features = lambda tfds: rlds_features(tfds, third_person, chunk)  # noqa: E731
     return write_tfds_dataset(root, name, features, {s: examples(m) for s, m in splits.items()},
                               description=description, keep_order=True)

@@ -41,6 +41,7 @@ class EpisodeResult:
     states: list[EnvState] = field(default_factory=list)
     final_image: np.ndarray | None = None  # the image after the last step (recorded only)
     third_person_images: list[np.ndarray] = field(default_factory=list)  # recorded, third-person episodes only
+    action_chunks: list[np.ndarray] = field(default_factory=list)  # (chunk, 7) labels per step (OFT relabelling)
 
     @property
     def success(self) -> bool:

@@ -68,12 +68,15 @@ def unnormalize_oft_actions(normalized: np.ndarray, stats: dict[str, Any], norma
 
 # follows OpenVLA-OFT 213c5ff8 prismatic/vla/datasets/rlds/utils/data_utils.py normalize_action_and_proprio (MIT, see
 # NOTICE): how OFT's training data normalises actions: 2 (a - low) / (high - low + 1e-8) - 1, clipped to [-1, 1],
-# where the mask is set (the gripper passes through).
+# where the mask is set (the gripper passes through); dimensions the data never moves (min == max) become 0.
 def normalize_oft_actions(actions: np.ndarray, stats: dict[str, Any], normalization: str) -> np.ndarray:
     """(..., A) raw actions -> the [-1, 1] targets OFT trains its head on (inverse of
-    :func:`unnormalize_oft_actions` inside the bounds)."""
+    :func:`unnormalize_oft_actions` inside the bounds; an unused dimension, min == max, is 0)."""
     low, high, mask = _bounds(stats, normalization, "action")
-    return np.where(mask, np.clip(2 * (actions - low) / (high - low + 1e-8) - 1, -1.0, 1.0), actions)
+    out = np.where(mask, np.clip(2 * (actions - low) / (high - low + 1e-8) - 1, -1.0, 1.0), actions)
+    if "min" in stats and "max" in stats:
+        out = np.where(np.asarray(stats["min"]) == np.asarray(stats["max"]), 0.0, out)
+    return out
 
 
 # follows OpenVLA-OFT 213c5ff8 experiments/robot/openvla_utils.py normalize_proprio (MIT, see NOTICE): what OFT's

@@ -14,6 +14,11 @@ Output directory layout::
     evaluation.json                             settings, demonstrations, selection, success per seed split, minutes
 
 Validation success is what the choice of checkpoint reads; test success is reported only.
+
+Fine-tuning for a reduction setting (``--init_oft`` a trained OFT policy, ``--setting`` a spec such as
+``vision:diverse:0.1@0.25``): the policy with the setting attached trains on ``--data_root`` (on-policy episodes
+labelled with the unreduced policy's chunks, ``vla_scripts/make_onpolicy_data.py``, or the demonstrations) with the
+policy's own statistics, and every checkpoint is chosen and evaluated with the setting attached.
 """
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
@@ -49,6 +54,8 @@ class OFTPolicyTrainConfig:
     output_dir: Path = Path("outputs/oft_policy")  # data/, checkpoints/, training_curve.csv, evaluation.json
     base_policy: Path | None = None            # OpenVLA-style checkpoint whose towers, projector and Llama it starts
                                                #   from (default: the bundled tabletop policy)
+    init_oft: Path | None = None               # start from this OFT policy instead (its statistics kept): fine-tuning
+    setting: str = "none"                      # reduction attached in training, choice and evaluation (vla.spec)
     num_episodes: int = 2000                   # expert demonstrations (seeds demo_seed ...)
     demo_seed: int = 0                         # first demonstration seed (demonstrations split: 0-499,999)
     motion_noise: float = 0.2                  # executed-motion noise of the demonstrations (DART-style)
@@ -100,16 +107,20 @@ class OFTPolicyTrainConfig:
                              "are not allowed; need 1 <= min <= max <= 5")
         if not 0.0 <= self.motion_noise <= 1.0:
             raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
-        if self.base_policy is not None:
-            self.base_policy = Path(self.base_policy)
-            if not (self.base_policy / "config.json").is_file():
-                raise ValueError(f"--base_policy {str(self.base_policy)!r} is not a checkpoint directory (no "
-                                 "config.json)")
+        from prismatic_tr.vla.spec import parse_setting
+
+        self.parsed_setting = parse_setting(self.setting)
+        for flag in ("base_policy", "init_oft"):
+            path = getattr(self, flag)
+            if path is not None:
+                setattr(self, flag, Path(path))
+                if not (Path(path) / "config.json").is_file():
+                    raise ValueError(f"--{flag} {str(path)!r} is not a checkpoint directory (no config.json)")
         if self.data_root is not None:
             self.data_root = Path(self.data_root)
-            if not (self.data_root / DATASET / "demos.json").is_file():
-                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} demonstrations "
-                                 f"({DATASET}/demos.json); omit it to write them into <output_dir>/data")
+            if not (self.data_root / DATASET).is_dir():
+                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} dataset; omit it to write "
+                                 "the demonstrations into <output_dir>/data")
         else:
             check_seeds(DEMONSTRATIONS, self.demo_seed, self.num_episodes,
                         job=f"--demo_seed {self.demo_seed} with --num_episodes {self.num_episodes}")
@@ -146,6 +157,12 @@ class OFTPolicyTrainConfig:
 
     def to_record(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    def attached(self, vla: Any) -> Any:
+        """The ``setting``'s reductions attached to ``vla`` for a block (nothing for "none")."""
+        from prismatic_tr.vla import reductions_attached
+
+        return reductions_attached(vla, self.parsed_setting.reductions(self.seed))
 
 
 def ensure_demos(cfg: OFTPolicyTrainConfig) -> Path:
@@ -186,9 +203,10 @@ def evaluate(checkpoint: Path, split: str, episodes: int, cfg: OFTPolicyTrainCon
     vla, processor = load_vla(checkpoint)
     bar = tqdm(total=episodes, desc=f"closed loop ({split})", disable=not cfg.progress)
     start = time.perf_counter()
-    outcomes = run_episodes(vla, processor, list(split_seeds(split, episodes)), DATASET,
-                            batch_size=cfg.eval_batch_size, on_episode=lambda _: bar.update(),
-                            execute_steps=cfg.execute_steps)
+    with cfg.attached(vla):
+        outcomes = run_episodes(vla, processor, list(split_seeds(split, episodes)), DATASET,
+                                batch_size=cfg.eval_batch_size, on_episode=lambda _: bar.update(),
+                                execute_steps=cfg.execute_steps)
     bar.close()
     return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
 
@@ -221,32 +239,39 @@ def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg)
     t_demos = time.perf_counter()
-    stats = oft_statistics(OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images), DATASET)
-    base = cfg.base_policy or bundled_policy_dir()
-    openvla, processor = load_vla(base, dtype=torch.float32)
-    vla = oft_from_openvla(openvla, cfg.settings(), seed=cfg.seed)
-    del openvla
-    vla.norm_stats = vla.config.norm_stats = stats
+    if cfg.init_oft is not None:  # fine-tuning a trained OFT policy: its modules and statistics
+        base = cfg.init_oft
+        vla, processor = load_vla(base, dtype=torch.float32)
+        stats = vla.norm_stats
+    else:
+        stats = oft_statistics(OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images), DATASET)
+        base = cfg.base_policy or bundled_policy_dir()
+        openvla, processor = load_vla(base, dtype=torch.float32)
+        vla = oft_from_openvla(openvla, cfg.settings(), seed=cfg.seed)
+        del openvla
+        vla.norm_stats = vla.config.norm_stats = stats
 
     def save(path: Path) -> None:
         vla.save_pretrained(path)
         processor.save_pretrained(path)
 
     torch.manual_seed(cfg.seed)
-    result = train_oft(vla, batches(cfg, data_root, processor, stats), cfg.max_steps,
-                       lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
-                       cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, cfg.autocast())
+    with cfg.attached(vla):
+        result = train_oft(vla, batches(cfg, data_root, processor, stats), cfg.max_steps,
+                           lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
+                           cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, cfg.autocast())
     write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
     t_train = time.perf_counter()
     checkpoint, selection = choose(cfg, result.checkpoints)
     t_select = time.perf_counter()
     evaluation = {split: evaluate(checkpoint, split, n, cfg)
                   for split, n in ((VALIDATION, cfg.eval_episodes), (TEST, cfg.test_episodes))}
-    demos = data_root / DATASET / "demos.json"
+    demos = next((p for p in (data_root / DATASET / "demos.json", data_root / "onpolicy.json") if p.is_file()), None)
     record = {
         "recipe": "prismatic_tr.policy.oft_recipe.run_recipe (vla_scripts/train_oft_policy.py)",
         "config": cfg.to_record(), "base_policy": str(base), "oft_settings": asdict(cfg.settings()),
-        "seed_splits": split_ranges(), "demonstrations": {"data_root": str(data_root), **json.loads(demos.read_text())},
+        "setting": cfg.parsed_setting.label, "seed_splits": split_ranges(),
+        "demonstrations": {"data_root": str(data_root), **(json.loads(demos.read_text()) if demos else {})},
         "training": {"steps": cfg.max_steps, "last_loss": result.history[-1]["loss"], "curve": CURVE,
                      "checkpoints": {str(k): str(v) for k, v in result.checkpoints.items()}},
         "selection": selection, "checkpoint": str(checkpoint), "execute_steps": cfg.execute_steps or cfg.chunk,
@@ -260,7 +285,8 @@ def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
     text = json.dumps(record, indent=2) + "\n"
     (cfg.output_dir / "evaluation.json").write_text(text)
     if cfg.install_dir is not None:
-        install(checkpoint, [cfg.output_dir / CURVE, cfg.output_dir / "evaluation.json", demos], cfg.install_dir)
+        install(checkpoint, [cfg.output_dir / CURVE, cfg.output_dir / "evaluation.json", *([demos] if demos else [])],
+                cfg.install_dir)
     return json.loads(text)
 
 
