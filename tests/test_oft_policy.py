@@ -290,3 +290,22 @@ def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: 
     assert tuned.norm_stats == load_vla(tiny_oft)[0].norm_stats  # the policy's own statistics kept
     assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--execute_steps", "9", "--num_episodes", "1",
                                     "--output_dir", str(tmp_path / "x")]) == 2
+
+
+def test_bundled_oft_policy_acts_as_recorded() -> None:
+    """The shipped OFT-style policy (prismatic_tr/assets/tabletop_oft_policy) acts: the first 20 test episodes as its
+    evaluation.json records them, episode by episode, chunks executed open loop."""
+    from prismatic_tr.envs.splits import TEST, split_seeds
+    from prismatic_tr.policy import bundled
+
+    if not (bundled.BUNDLED_OFT_POLICY_DIR / "config.json").is_file():
+        pytest.skip(f"no bundled OFT policy in {bundled.BUNDLED_OFT_POLICY_DIR}")
+    vla, processor = bundled.load_bundled_oft_policy()
+    record = json.loads((bundled.BUNDLED_OFT_POLICY_DIR / "evaluation.json").read_text())
+    seeds = list(split_seeds(TEST, 20))
+    outcomes = run_episodes(vla, processor, seeds, bundled.OFT_UNNORM_KEY, batch_size=20,
+                            execute_steps=record["execute_steps"])
+    recorded = record["evaluation"][TEST]
+    failed = {kind: [o.seed for o in outcomes if o.outcome == kind] for kind in ("timeout", "wrong_object")}
+    assert failed == {kind: [s for s in recorded["failed_seeds"][kind] if s <= seeds[-1]] for kind in failed}
+    assert vla.oft.num_actions_chunk == 8 and vla.vision_backbone.get_num_images_in_input() == 2

@@ -1,4 +1,5 @@
-"""The trained tabletop policy that ships with the package (``prismatic_tr/assets/tabletop_policy``).
+"""The trained tabletop policies that ship with the package (``prismatic_tr/assets/tabletop_policy``, and the
+OpenVLA-OFT-style ``prismatic_tr/assets/tabletop_oft_policy``).
 
 It is an OpenVLA checkpoint directory (config.json, model.safetensors, tokenizer and preprocessor files,
 dataset_statistics.json) plus the records of how it was made: the training curves, ``evaluation.json`` (settings,
@@ -18,6 +19,10 @@ import torch
 
 BUNDLED_POLICY_DIR = Path(__file__).resolve().parents[1] / "assets" / "tabletop_policy"
 UNNORM_KEY = "tabletop_pick"  # the dataset key of its action statistics
+# The OFT-style policy (2 cameras, proprio, chunk of 8, L1 head) made from the one above by
+# ``vla_scripts/train_oft_policy.py`` (prismatic_tr.policy.oft_recipe); its demonstrations' dataset key:
+BUNDLED_OFT_POLICY_DIR = BUNDLED_POLICY_DIR.parent / "tabletop_oft_policy"
+OFT_UNNORM_KEY = "tabletop_pick_oft"
 
 
 def bundled_policy_dir() -> Path:
@@ -34,3 +39,15 @@ def load_bundled_policy(dtype: torch.dtype | None = None, device: str | torch.de
     from prismatic_tr.models import load_vla
 
     return load_vla(bundled_policy_dir(), dtype=dtype, device=device)
+
+
+def load_bundled_oft_policy(dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+    """(vla, processor) of the bundled OFT-style policy (a ``NativeOpenVLAOFT``); ValueError saying how to make it
+    when it is missing."""
+    from prismatic_tr.models import load_vla
+
+    if not (BUNDLED_OFT_POLICY_DIR / "config.json").is_file():
+        raise ValueError(f"the bundled OFT policy is missing from {BUNDLED_OFT_POLICY_DIR}; remake it with "
+                         "`python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy --install_dir "
+                         f"{BUNDLED_OFT_POLICY_DIR}`")
+    return load_vla(BUNDLED_OFT_POLICY_DIR, dtype=dtype, device=device)

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_ranges, split_seeds
+from prismatic_tr.policy.bundled import OFT_UNNORM_KEY as DATASET  # demonstrations' dataset name = unnorm_key
 
-DATASET = "tabletop_pick_oft"  # the demonstrations' dataset name and the policy's unnorm_key
 DEMO_FIELDS = {"num_episodes": "num_episodes", "demo_seed": "seed", "motion_noise": "motion_noise",
                "demo_min_objects": "min_objects", "demo_max_objects": "max_objects"}  # flag -> DemoConfig field
 CURVE = "training_curve.csv"
