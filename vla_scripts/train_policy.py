@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (torch before tensorflow, always)
 
 from prismatic_tr.cli import parse_config_or_exit, run_command
-from prismatic_tr.policy.train import PolicyTrainConfig, run_recipe
+from prismatic_tr.policy.train import PolicyTrainConfig, run_recipe, summary_lines
 
 PROG = "train_policy.py"
 
@@ -52,11 +52,7 @@ def main(cfg: PolicyTrainConfig) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("absl").setLevel(logging.WARNING)
     record = run_recipe(cfg)
-    for split, ev in record["evaluation"].items():
-        print(f"closed-loop success on {ev['episodes']} {split} episodes (seeds {ev['seeds'][0]:,}-{ev['seeds'][1]:,}): "
-              f"{ev['success_rate']:.1%} (95 % CI {ev['success_ci_low']:.1%} - {ev['success_ci_high']:.1%}), "
-              f"mean {ev['mean_steps']:.1f} steps, outcomes {ev['outcomes']}")
-    print("minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in record["minutes"].items()))
+    print(summary_lines(record))
     for stage in record["stages"]:
         print(f"{stage['stage']}: step {stage['last_step']} of a {stage['max_steps']}-step schedule -> {stage['checkpoint']}")
     return record

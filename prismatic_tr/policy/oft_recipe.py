@@ -35,9 +35,8 @@ import torch
 
 from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_ranges, split_seeds
 from prismatic_tr.policy.bundled import OFT_UNNORM_KEY as DATASET  # demonstrations' dataset name = unnorm_key
+from prismatic_tr.policy.recipe_config import check_written_demos
 
-DEMO_FIELDS = {"num_episodes": "num_episodes", "demo_seed": "seed", "motion_noise": "motion_noise",
-               "demo_min_objects": "min_objects", "demo_max_objects": "max_objects"}  # flag -> DemoConfig field
 CURVE = "training_curve.csv"
 
 
@@ -124,21 +123,11 @@ class OFTPolicyTrainConfig:
         else:
             check_seeds(DEMONSTRATIONS, self.demo_seed, self.num_episodes,
                         job=f"--demo_seed {self.demo_seed} with --num_episodes {self.num_episodes}")
-            self._check_written_demos()
+            check_written_demos(self, DATASET)
         for split, n in ((VALIDATION, max(self.eval_episodes, self.select_episodes)), (TEST, self.test_episodes)):
             split_seeds(split, n)
         if self.install_dir is not None:
             self.install_dir = Path(self.install_dir)
-
-    def _check_written_demos(self) -> None:
-        path = self.output_dir / "data" / DATASET / "demos.json"
-        if not path.is_file():
-            return
-        written = json.loads(path.read_text())["config"]
-        differ = {flag: written.get(key) for flag, key in DEMO_FIELDS.items() if written.get(key) != getattr(self, flag)}
-        if differ:
-            raise ValueError(f"{path} holds demonstrations written with other settings ({differ}); remove "
-                             f"{path.parent} or choose another --output_dir")
 
     def autocast(self) -> bool:
         if self.bf16_autocast is not None:
@@ -163,20 +152,6 @@ class OFTPolicyTrainConfig:
         from prismatic_tr.vla import reductions_attached
 
         return reductions_attached(vla, self.parsed_setting.reductions(self.seed))
-
-
-def ensure_demos(cfg: OFTPolicyTrainConfig) -> Path:
-    """Write the demonstrations with both cameras once (unless ``cfg.data_root`` names them); the data root."""
-    from prismatic_tr.envs.demos import DemoConfig, make_demos
-
-    if cfg.data_root is not None:
-        return cfg.data_root
-    root = cfg.output_dir / "data"
-    if not (root / DATASET / "demos.json").is_file():
-        make_demos(DemoConfig(num_episodes=cfg.num_episodes, seed=cfg.demo_seed, output_dir=root,
-                              dataset_name=DATASET, motion_noise=cfg.motion_noise, min_objects=cfg.demo_min_objects,
-                              max_objects=cfg.demo_max_objects, third_person=True, progress=cfg.progress))
-    return root
 
 
 def batches(cfg: OFTPolicyTrainConfig, data_root: Path, processor: Any, stats: dict[str, Any]) -> Any:
@@ -232,12 +207,12 @@ def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
     from prismatic_tr.models import load_vla
     from prismatic_tr.policy.bundled import bundled_policy_dir
     from prismatic_tr.policy.oft_policy import oft_from_openvla, train_oft
-    from prismatic_tr.policy.train import write_curve
+    from prismatic_tr.policy.train import ensure_demos, write_curve
     from prismatic_tr.training.config import lr_factor
 
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    data_root = ensure_demos(cfg)
+    data_root = ensure_demos(cfg, DATASET, third_person=True)
     t_demos = time.perf_counter()
     if cfg.init_oft is not None:  # fine-tuning a trained OFT policy: its modules and statistics
         base = cfg.init_oft

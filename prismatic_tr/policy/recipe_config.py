@@ -52,6 +52,19 @@ def torch_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def check_written_demos(cfg: Any, dataset: str) -> None:
+    """Demonstrations already in ``<cfg.output_dir>/data`` are reused only if they are the ones ``cfg``'s flags
+    write (:data:`DEMO_FIELDS`); ValueError naming the differing flags otherwise."""
+    path = cfg.output_dir / "data" / dataset / "demos.json"
+    if not path.is_file():
+        return
+    written = json.loads(path.read_text())["config"]
+    differ = {flag: written.get(key) for flag, key in DEMO_FIELDS.items() if written.get(key) != getattr(cfg, flag)}
+    if differ:
+        raise ValueError(f"{path} holds demonstrations written with other settings ({differ}); remove "
+                         f"{path.parent} or choose another --output_dir")
+
+
 def check_stage(stage: StageSpec, prefix: str) -> None:
     """ValueError naming the first bad value of a stage (flags spelled ``{prefix}max_steps`` ...)."""
     def bad(name: str, allowed: str) -> ValueError:
@@ -170,7 +183,7 @@ class PolicyTrainConfig:
                 raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} demonstrations "
                                  f"({DATASET}/demos.json); omit it to write them into <output_dir>/data")
         else:
-            self._check_written_demos()
+            check_written_demos(self, DATASET)
         if self.init_checkpoint is not None:
             self.init_checkpoint = Path(self.init_checkpoint)
             if not (self.init_checkpoint / "config.json").is_file():
@@ -178,17 +191,6 @@ class PolicyTrainConfig:
                                  "(no config.json)")
         if self.install_dir is not None:
             self.install_dir = Path(self.install_dir)
-
-    def _check_written_demos(self) -> None:
-        """Demonstrations already in <output_dir>/data are reused only if they are the ones these flags write."""
-        path = self.output_dir / "data" / DATASET / "demos.json"
-        if not path.is_file():
-            return
-        written = json.loads(path.read_text())["config"]
-        differ = {flag: written.get(key) for flag, key in DEMO_FIELDS.items() if written.get(key) != getattr(self, flag)}
-        if differ:
-            raise ValueError(f"{path} holds demonstrations written with other settings ({differ}); remove "
-                             f"{path.parent} or choose another --output_dir")
 
     def _check_seeds(self) -> None:
         """Every seed the recipe draws lies in its split (prismatic_tr.envs.splits)."""

@@ -42,7 +42,7 @@ from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 from prismatic_tr.policy.recipe_config import DATASET, PolicyTrainConfig, StageConfig, StageSpec
 
 __all__ = ["DATASET", "PolicyTrainConfig", "StageConfig", "choose_checkpoint", "evaluate", "install", "run_recipe",
-           "train_stage", "write_curve"]
+           "summary_lines", "train_stage", "write_curve"]
 
 logger = logging.getLogger("prismatic_tr.training")
 CURVE_KEYS = ["step", "loss", "action_accuracy", "action_l1", "lr", "step_time_s"]
@@ -55,18 +55,20 @@ def curve_name(stage: str) -> str:
     return f"training_curve_{stage}.csv"
 
 
-def ensure_demos(cfg: PolicyTrainConfig) -> Path:
-    """Write the demonstrations once (unless ``cfg.data_root`` names them); returns the data root."""
+def ensure_demos(cfg: Any, dataset: str = DATASET, third_person: bool = False) -> Path:
+    """Write the demonstrations once (unless ``cfg.data_root`` names them); returns the data root. ``cfg``: a
+    recipe's config (its demonstration flags, :data:`~prismatic_tr.policy.recipe_config.DEMO_FIELDS`);
+    ``third_person``: both cameras and the state, in OFT's layout (the OFT recipe)."""
     from prismatic_tr.envs.demos import DemoConfig, make_demos
 
     if cfg.data_root is not None:
         return cfg.data_root
 
     root = cfg.output_dir / "data"
-    if not (root / DATASET / "demos.json").is_file():
+    if not (root / dataset / "demos.json").is_file():
         make_demos(DemoConfig(num_episodes=cfg.num_episodes, seed=cfg.demo_seed, output_dir=root,
-                              dataset_name=DATASET, motion_noise=cfg.motion_noise, min_objects=cfg.demo_min_objects,
-                              max_objects=cfg.demo_max_objects, progress=cfg.progress))
+                              dataset_name=dataset, motion_noise=cfg.motion_noise, min_objects=cfg.demo_min_objects,
+                              max_objects=cfg.demo_max_objects, third_person=third_person, progress=cfg.progress))
     return root
 
 
@@ -148,6 +150,15 @@ def run_stages(cfg: PolicyTrainConfig, data_root: Path, init: Path) -> list[dict
             "grounding_loss_weight": stage.grounding_loss_weight, "curve": curve_name(name), "minutes": minutes})
         init = result.last_checkpoint
     return records
+
+
+def summary_lines(record: dict[str, Any]) -> str:
+    """A recipe's record (``evaluation.json``) in lines for the terminal: success per split with its interval and
+    outcomes, then the minutes per stage."""
+    lines = [f"closed-loop success on {ev['episodes']} {split} episodes (seeds {ev['seeds'][0]:,}-{ev['seeds'][1]:,}): "
+             f"{ev['success_rate']:.1%} (95 % CI {ev['success_ci_low']:.1%} - {ev['success_ci_high']:.1%}), "
+             f"mean {ev['mean_steps']:.1f} steps, outcomes {ev['outcomes']}" for split, ev in record["evaluation"].items()]
+    return "\n".join([*lines, "minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in record["minutes"].items())])
 
 
 def write_curve(history: list[dict[str, float]], path: Path, keys: list[str] = CURVE_KEYS) -> None:
