@@ -21,6 +21,10 @@ RESULTS = Path(__file__).parent / "results"
 RUNS = RESULTS / "finetune_reduced"
 TRAINING_FREE = {"validation": sorted((RESULTS / "selection").glob("eval_val_*.json")),
                  "test": [RESULTS / "selection" / "eval_test.json"]}
+# the bundled OFT-style policy's training-free runs (200 test episodes; no validation run of its settings is kept)
+TRAINING_FREE_OFT = {"validation": [], "test": [p / "results.json" for p in sorted((RESULTS / "oft_policy").glob(
+    "eval_test*")) if "5obj" not in p.name]}
+OFT_PREFIX = "oft-"  # runs of scripts/finetune_reduced.sh with POLICY=oft
 
 
 def rates(path: Path) -> dict[str, tuple[float, float, float, int]]:
@@ -30,11 +34,12 @@ def rates(path: Path) -> dict[str, tuple[float, float, float, int]]:
             for r in data["records"]}
 
 
-def training_free(setting: str, split: str) -> tuple[float, float, float, int] | None:
-    """The bundled policy's success under ``setting`` before any fine-tuning (None when not recorded); an
-    untrained ``learned`` scorer picks exactly as ``diverse`` (tests/test_learned_selection.py), so it reads those."""
+def training_free(setting: str, split: str, oft: bool = False) -> tuple[float, float, float, int] | None:
+    """The bundled policy's (``oft``: the bundled OFT-style policy's) success under ``setting`` before any
+    fine-tuning (None when not recorded); an untrained ``learned`` scorer picks exactly as ``diverse``
+    (tests/test_learned_selection.py), so it reads those."""
     setting = setting.replace(":learned:", ":diverse:")
-    for path in TRAINING_FREE[split]:
+    for path in (TRAINING_FREE_OFT if oft else TRAINING_FREE)[split]:
         if path.is_file() and setting in (found := rates(path)):
             return found[setting]
     return None
@@ -49,7 +54,8 @@ def run_rows(run: Path) -> dict[str, Any]:
         step = int(re.search(r"step_(\d+)", path.name).group(1))
         curve.append((step, found[setting], found.get("none")))
     tests = {test_label(path, run): rates(path) for path in sorted(run.glob("eval_test*.json"))}
-    return {"name": run.name, "setting": setting, "curve": curve, "tests": tests}
+    return {"name": run.name, "setting": setting, "curve": curve, "tests": tests,
+            "oft": run.name.startswith(OFT_PREFIX)}
 
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "prismatic_tr" / "assets" / "adapters"
@@ -86,7 +92,7 @@ def test_label(path: Path, run: Path) -> str:
 def pct(value: tuple[float, float, float, int] | None, interval: bool = False) -> str:
     if value is None:
         return ""
-    text = f"{100 * value[0]:.0f} %"
+    text = f"{100 * value[0]:.1f}".removesuffix(".0") + " %"  # 99.5 % of 200 episodes is not 100 %
     return text + (f" ({100 * value[1]:.0f}-{100 * value[2]:.0f})" if interval else "")
 
 
@@ -95,8 +101,9 @@ def table(runs: list[dict[str, Any]]) -> str:
              "test, unreduced |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         s = r["setting"]
-        lines.append(f"| {r['name']} | `{s}` | training-free | {pct(training_free(s, 'validation'))} | | "
-                     f"{pct(training_free(s, 'test'), True)} | |")
+        oft = r.get("oft", False)
+        lines.append(f"| {r['name']} | `{s}` | training-free | {pct(training_free(s, 'validation', oft))} | | "
+                     f"{pct(training_free(s, 'test', oft), True)} | |")
         for step, val, none in r["curve"]:
             lines.append(f"| | | step {step} | {pct(val)} | {pct(none)} | | |")
         for name, found in r["tests"].items():
@@ -112,13 +119,13 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
 
     fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False, sharey=True)
     for ax, r in zip(axes[0], runs, strict=True):
-        start = training_free(r["setting"], "validation")
+        start = training_free(r["setting"], "validation", r.get("oft", False))
         steps = ([0] if start else []) + [c[0] for c in r["curve"]]
         under = ([start[0]] if start else []) + [c[1][0] for c in r["curve"]]
         ax.plot(steps, [100 * u for u in under], "o-", label="under the setting")
         nones = [(c[0], c[2][0]) for c in r["curve"] if c[2] is not None]
         ax.plot([n[0] for n in nones], [100 * n[1] for n in nones], "s--", label="same weights, unreduced")
-        bundled = training_free("none", "validation")
+        bundled = training_free("none", "validation", r.get("oft", False))
         if bundled is not None:
             ax.axhline(100 * bundled[0], color="grey", linestyle=":", label="bundled policy, unreduced")
         ax.set_title(f"{r['name']}\n{r['setting']}", fontsize=8)
@@ -126,7 +133,8 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("success, 100 validation episodes (%)")
     axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Bundled tabletop policy fine-tuned under reduction (validation split)", fontsize=9)
+    fig.suptitle("Bundled tabletop policies (oft-: the OFT-style one) fine-tuned under reduction (validation split)",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

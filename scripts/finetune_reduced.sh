@@ -6,29 +6,48 @@
 #   bash scripts/finetune_reduced.sh projector diverse 0.1 none 1600 400
 #   bash scripts/finetune_reduced.sh vision learned 0.1 0.25 1600 400    # + a scorer trained with the policy
 # Every evaluation runs the setting the checkpoint carries (eval_policy.py --settings own: a learned scorer as trained).
-# Environment: DISTILL (distillation weight, default 1; 0 = behaviour cloning only), LR (5e-4), SCHEDULE (cosine),
-# VAL_EPISODES (100), DATA (demonstrations dir), PYTHON, SKIP_TRAINING (1: only evaluate a finished run),
+# Environment: DISTILL (distillation weight, default 1, for POLICY=oft on-policy runs 0; 0 = behaviour cloning
+# only: name -bc, unless on-policy), LR (5e-4), SCHEDULE (cosine),
+# VAL_EPISODES (100), TEST_EPISODES (100), DATA (demonstrations dir), PYTHON, SKIP_TRAINING (1: only evaluate a finished run),
 # ONPOLICY (N > 0: train on N on-policy episodes, seeds 3000 on of the demonstrations split, driven by the reduced
 # policy and labelled by the unreduced one: vla_scripts/make_onpolicy_data.py; 0: on the demonstrations).
-# Writes outputs/finetune_reduced/<site>-<method>-<keep>[-<depth>][-bc | -d<DISTILL> unless 1][-onpolicy]/: the run's checkpoints, eval_val_<step>/,
+# Writes outputs/finetune_reduced/[oft-]<site>-<method>-<keep>[-<depth>][-bc | -d<DISTILL> unless the default][-onpolicy]/: the run's checkpoints, eval_val_<step>/,
 # chosen.txt, adapter/ (the chosen one as shipped) and eval_test/ (its test success). Demonstrations: the recipe's 3000 (seeds 0-2999 of the demonstration split).
 # OUT_DIR: the output folder instead; it must hold no earlier run (exit 2 naming it, before any work), and with
 # SKIP_TRAINING=1 exactly one. The records keep the chosen adapter's setting (token_reduction.json: a learned scorer as trained).
 # Ship the chosen adapter: INSTALL_DIR=prismatic_tr/assets/adapters/<name> (prismatic_tr/policy/adapters.py).
+# POLICY=oft: the bundled OpenVLA-OFT-style policy instead (two cameras, proprio, chunks of 8, L1 head): its
+# demonstrations (seeds 0-1999, both cameras), L1 loss on the chunk, distillation on the teacher's chunk, LoRA on the
+# towers, projector and Llama with the heads trained whole; names and records get the prefix oft-.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SITE=${1:?site}; METHOD=${2:?method}; KEEP=${3:?keep}; DEPTH=${4:-none}; STEPS=${5:-1600}; EVERY=${6:-400}
-PY=${PYTHON:-.venv/bin/python}; DISTILL=${DISTILL:-1}; LR=${LR:-5e-4}; SCHEDULE=${SCHEDULE:-cosine}
-VAL_EPISODES=${VAL_EPISODES:-100}; ONPOLICY=${ONPOLICY:-0}
-NAME="$SITE-$METHOD-$KEEP"
+PY=${PYTHON:-.venv/bin/python}; LR=${LR:-5e-4}; SCHEDULE=${SCHEDULE:-cosine}
+VAL_EPISODES=${VAL_EPISODES:-100}; TEST_EPISODES=${TEST_EPISODES:-100}; ONPOLICY=${ONPOLICY:-0}
+POLICY=${POLICY:-openvla}
+fail() { echo "finetune_reduced.sh: error: $*" >&2; exit 2; }
+case "$POLICY" in
+  openvla) BASE=prismatic_tr/assets/tabletop_policy; DATASET=tabletop_pick; PREFIX=""
+           DEMO_FLAGS=(--num_episodes 3000); DEFAULT_DATA=outputs/finetune_reduced/data;;
+  oft) BASE=prismatic_tr/assets/tabletop_oft_policy; DATASET=tabletop_pick_oft; PREFIX="oft-"
+       DEMO_FLAGS=(--num_episodes 2000 --third_person true --dataset_name tabletop_pick_oft)
+       DEFAULT_DATA=outputs/finetune_reduced/data_oft;;
+  *) fail "POLICY=$POLICY is not allowed; use openvla or oft";;
+esac
+# an OFT policy's on-policy labels are the unreduced policy's own chunks on the same images: distilling to that
+# chunk again would repeat them, so there the default is 0 (and the run is not called -bc: its labels are the teacher's)
+OFT_ONPOLICY=0; if [ "$POLICY" = oft ] && [ "$ONPOLICY" != 0 ]; then OFT_ONPOLICY=1; fi
+if [ "$OFT_ONPOLICY" = 1 ]; then DISTILL=${DISTILL:-0}; else DISTILL=${DISTILL:-1}; fi
+NAME="$PREFIX$SITE-$METHOD-$KEEP"
 if [ "$DEPTH" != none ]; then NAME="$NAME-$DEPTH"; fi
-if [ "$DISTILL" = 0 ]; then NAME="$NAME-bc"; elif [ "$DISTILL" != 1 ]; then NAME="$NAME-d$DISTILL"; fi
+if [ "$DISTILL" = 0 ] && [ "$OFT_ONPOLICY" = 0 ]; then NAME="$NAME-bc"
+elif [ "$DISTILL" != 0 ] && [ "$DISTILL" != 1 ]; then NAME="$NAME-d$DISTILL"
+elif [ "$DISTILL" = 1 ] && [ "$OFT_ONPOLICY" = 1 ]; then NAME="$NAME-d1"; fi
 if [ "$ONPOLICY" != 0 ]; then NAME="$NAME-onpolicy"; fi
 OUT=${OUT_DIR:-outputs/finetune_reduced/$NAME}
-DATA=${DATA:-outputs/finetune_reduced/data}
-fail() { echo "finetune_reduced.sh: error: $*" >&2; exit 2; }
+DATA=${DATA:-$DEFAULT_DATA}
 case "$SITE" in projector|vision) ;; *) fail "site $SITE is not allowed; use projector or vision";; esac
-for V in STEPS EVERY ONPOLICY; do [[ "${!V}" =~ ^[0-9]+$ ]] || fail "$V=${!V} is not allowed; use an integer >= 0"; done
+for V in STEPS EVERY ONPOLICY VAL_EPISODES TEST_EPISODES; do [[ "${!V}" =~ ^[0-9]+$ ]] || fail "$V=${!V} is not allowed; use an integer >= 0"; done
 # one run a folder, checked before any work: a second run beside an earlier one would mix their checkpoints and
 # evaluations (the chosen checkpoint could be the earlier run's)
 RUNS=(); if [ -d "$OUT/runs" ]; then mapfile -t RUNS < <(find "$OUT/runs" -mindepth 1 -maxdepth 1 -type d | sort); fi
@@ -40,8 +59,8 @@ if [ "${SKIP_TRAINING:-0}" = 0 ]; then
 elif [ ${#RUNS[@]} -ne 1 ]; then
   fail "SKIP_TRAINING=1 evaluates the one run in $OUT/runs, and it holds ${#RUNS[@]} (${RUNS[*]:-none})"
 fi
-if [ "$ONPOLICY" = 0 ] && [ ! -f "$DATA/tabletop_pick/demos.json" ]; then  # on-policy runs need no demonstrations
-  $PY vla_scripts/make_demos.py --num_episodes 3000 --min_objects 1 --max_objects 5 --motion_noise 0.2 --output_dir "$DATA"
+if [ "$ONPOLICY" = 0 ] && [ ! -f "$DATA/$DATASET/demos.json" ]; then  # on-policy runs need no demonstrations
+  $PY vla_scripts/make_demos.py "${DEMO_FLAGS[@]}" --min_objects 1 --max_objects 5 --motion_noise 0.2 --output_dir "$DATA"
 fi
 DEPTH_FLAG=(); SPEC="$METHOD:$KEEP"
 if [ "$SITE" = vision ]; then DEPTH_FLAG=(--token_reduction.depth_fraction "$DEPTH"); SPEC="vision:$METHOD:$KEEP@$DEPTH"; fi
@@ -49,12 +68,12 @@ if [ "${SKIP_TRAINING:-0}" = 0 ]; then  # SKIP_TRAINING=1: evaluate, choose and 
 START=$(date +%s); mkdir -p "$OUT"
 TRAIN_DATA=("$DATA")
 if [ "$ONPOLICY" != 0 ]; then  # DAgger-style: the reduced policy drives, the unreduced one labels (counts as training)
-  $PY vla_scripts/make_onpolicy_data.py --setting "$SPEC" --num_episodes "$ONPOLICY" --seed 3000 \
+  $PY vla_scripts/make_onpolicy_data.py --vla_path "$BASE" --setting "$SPEC" --num_episodes "$ONPOLICY" --seed 3000 \
     --output_dir "$OUT/onpolicy_data" --num_threads 2 2>&1 | tee "$OUT/onpolicy.log"
   TRAIN_DATA=("$OUT/onpolicy_data" --norm_stats_from_vla true)
 fi
-$PY vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_policy --data_root_dir "${TRAIN_DATA[@]}" \
-  --dataset_name tabletop_pick --token_reduction.site "$SITE" --token_reduction.method "$METHOD" \
+$PY vla_scripts/finetune.py --vla_path "$BASE" --data_root_dir "${TRAIN_DATA[@]}" \
+  --dataset_name "$DATASET" --token_reduction.site "$SITE" --token_reduction.method "$METHOD" \
   --token_reduction.reduction_ratio "$KEEP" "${DEPTH_FLAG[@]}" --batch_size 16 --max_steps "$STEPS" \
   --save_steps "$EVERY" --save_latest_checkpoint_only false --learning_rate "$LR" --lr_schedule "$SCHEDULE" \
   --lora_rank 32 --distill_weight "$DISTILL" --shuffle_buffer_size 20000 --seed 7 --run_root_dir "$OUT/runs" \
@@ -84,7 +103,7 @@ PYEOF
 echo "$CHOSEN" > "$OUT/chosen.txt"; echo "chosen on validation: $CHOSEN"
 # the chosen adapter as it ships (float16 weights), measured once on the test split
 $PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter"
-$PY vla_scripts/eval_policy.py --adapter "$OUT/adapter" --split test --episodes 100 --methods "[]" --settings own \
+$PY vla_scripts/eval_policy.py --adapter "$OUT/adapter" --split test --episodes "$TEST_EPISODES" --methods "[]" --settings own \
   --timing_runs 1 --num_threads 2 --progress false --output_dir "$OUT/eval_test"
 $PY -m prismatic_tr.policy.adapters install "$CHOSEN" "$OUT/adapter" --results "$OUT"
 if [ -n "${INSTALL_DIR:-}" ]; then

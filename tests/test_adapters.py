@@ -87,20 +87,22 @@ def test_adapter_refuses_another_base_and_bad_names(paths, trained, tmp_path):
 
 @pytest.mark.parametrize("name", adapters.shipped_adapters() or ["(none shipped)"])
 def test_shipped_adapter_acts_under_its_setting(name):
-    """Every adapter in prismatic_tr/assets/adapters loads on the bundled policy with its setting attached, carries
+    """Every adapter in prismatic_tr/assets/adapters loads on the bundled policy of its kind (OpenVLA- or OFT-style)
+    with its setting attached, carries
     its record (validation curve, test result, training time), and solves most of 20 validation episodes."""
     if name == "(none shipped)":
         pytest.skip("no adapter is shipped in prismatic_tr/assets/adapters")
     from prismatic_tr.envs.splits import VALIDATION, split_seeds
-    from prismatic_tr.policy.bundled import UNNORM_KEY
+    from prismatic_tr.policy.bundled import OFT_UNNORM_KEY, UNNORM_KEY
 
     setting, record = adapters.read_adapter(name)
+    key = OFT_UNNORM_KEY if record.get("policy") == "openvla-oft" else UNNORM_KEY  # an OFT policy's adapter
     assert record["validation"] and record["test"]["split"] == "test" and "training_wall" in record
     vla, processor = adapters.load_adapted_policy(name)
     handle = get_token_reduction(vla)
     assert handle is not None and handle.settings.site == setting["site"]
     assert handle.settings.reduction_ratio == setting["reduction_ratio"]
-    outcomes = run_episodes(vla.eval(), processor, list(split_seeds(VALIDATION, 20)), UNNORM_KEY, batch_size=20)
+    outcomes = run_episodes(vla.eval(), processor, list(split_seeds(VALIDATION, 20)), key, batch_size=20)
     assert sum(o.success for o in outcomes) >= 15, [o.outcome for o in outcomes]
 
 

@@ -53,9 +53,12 @@ def test_output_folder_with_another_run_is_refused_before_any_work(tmp_path, hel
 @pytest.mark.parametrize("args, message", [
     (["llm", "attention", "0.1", "0.25", "4", "2"], "site llm is not allowed; use projector or vision"),
     (["vision", "diverse", "0.1", "0.25", "many", "2"], "STEPS=many is not allowed"),
+    (["vision", "diverse", "0.1", "0.25", "4", "2", "POLICY=pi0"], "POLICY=pi0 is not allowed; use openvla or oft"),
+    (["vision", "diverse", "0.1", "0.25", "4", "2", "TEST_EPISODES=all"], "TEST_EPISODES=all is not allowed"),
 ])
 def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message) -> None:
-    proc, mark = _run(tmp_path, tmp_path / "out", args)
+    env = dict(a.split("=", 1) for a in args if "=" in a)
+    proc, mark = _run(tmp_path, tmp_path / "out", [a for a in args if "=" not in a], **env)
     assert proc.returncode == 2 and message in proc.stderr and not mark.exists()
 
 

@@ -208,12 +208,12 @@ def test_tiny_oft_run_of_the_command(tmp_path, capsys):
     finally:
         torch.set_num_threads(saved)
     stdout = capsys.readouterr().out
-    assert "there is no OpenVLA-OFT policy yet" in stdout and "llm (the one parallel pass)" in stdout
+    assert "the bundled OFT-style policy runs at its own size" in stdout and "llm (the one parallel pass)" in stdout
     assert [r["setting"] for r in records] == ["none", "diverse:0.25", LLM]
     assert all(r.get("success_rate") is None for r in records)  # no episodes were run
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["config"]["preset"] == "tiny-oft"
     assert "skipped_settings" not in data["meta"]
-    assert data["meta"]["policy_fidelity"].startswith("not measured: there is no OpenVLA-OFT policy yet")
+    assert data["meta"]["policy_fidelity"].startswith("not measured here: the bundled OFT-style policy")
     assert [r["num_patches"] for r in data["records"]] == [2 * PATCHES, 2 * num_kept(PATCHES, 0.25), 2 * PATCHES]
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

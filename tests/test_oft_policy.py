@@ -13,39 +13,29 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers.oft_fixtures import DEMO_SEEDS, SETTINGS, write_oft_demos, write_tiny_base, write_tiny_oft
 
 from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
 from prismatic_tr.envs import make_episode
 from prismatic_tr.envs.demos import DemoConfig, expert_episode, make_demos
 from prismatic_tr.envs.env import Observation
-from prismatic_tr.models import build_processor, build_vla, load_vla
+from prismatic_tr.models import load_vla
 from prismatic_tr.models.oft import camera_inputs, normalize_oft_actions, unnormalize_oft_actions
-from prismatic_tr.models.oft_config import OFTSettings
 from prismatic_tr.policy.closed_loop import run_episodes
 from prismatic_tr.policy.oft_policy import SHARED, l1_loss, oft_from_openvla, predict_chunk, train_oft
 from prismatic_tr.policy.oft_recipe import DATASET
 from vla_scripts import train_oft_policy
 
-SETTINGS = OFTSettings(num_images_in_input=2, num_actions_chunk=8, action_dim=7, proprio_dim=4)
-DEMO_SEEDS = (40, 41, 42)
-
 
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("oft_demos")
-    make_demos(DemoConfig(num_episodes=len(DEMO_SEEDS), seed=DEMO_SEEDS[0], output_dir=root, dataset_name=DATASET,
-                          min_objects=1, max_objects=3, third_person=True, progress=False))
-    return root
+    return write_oft_demos(tmp_path_factory.mktemp("oft_demos"))
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight OpenVLA-style checkpoint (preset tiny) with the task's processor."""
-    out = tmp_path_factory.mktemp("oft_base")
-    vla = build_vla("tiny", seed=0)
-    vla.save_pretrained(out)
-    build_processor(vla.config, task_words=True).save_pretrained(out)
-    return out
+    return write_tiny_base(tmp_path_factory.mktemp("oft_base"))
 
 
 def steps_of(demos: Path) -> list[dict[str, Any]]:
@@ -233,13 +223,7 @@ def test_bad_flags_exit_2(argv: list[str], match: str, capsys: pytest.CaptureFix
 @pytest.fixture(scope="module")
 def tiny_oft(demos: Path, base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A saved random-weight OFT policy (preset tiny) with the demonstrations' statistics."""
-    out = tmp_path_factory.mktemp("tiny_oft")
-    openvla, processor = load_vla(base)
-    vla = oft_from_openvla(openvla, SETTINGS, seed=1)
-    vla.norm_stats = vla.config.norm_stats = oft_statistics(OFTChunkSource(demos, DATASET), DATASET)
-    vla.save_pretrained(out)
-    processor.save_pretrained(out)
-    return out
+    return write_tiny_oft(demos, base, tmp_path_factory.mktemp("tiny_oft"))
 
 
 def test_oft_relabelling_student_drives_teacher_labels_every_step_with_its_chunk(tiny_oft: Path) -> None:

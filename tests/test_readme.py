@@ -63,7 +63,9 @@ def _copy_sources(root: Path) -> None:
              *map(str, readme_tables.OFT_BY_DTYPE.values()),
              *([str(readme_tables.MAIN_OFT)] if (ROOT / readme_tables.MAIN_OFT).is_file() else []),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/record.json")),
-             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test.json"))]
+             *(str(f.relative_to(ROOT)) for k in readme_tables.OFT_POLICY for f in readme_tables.oft_policy_files(ROOT, k)),
+             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/token_reduction.json")),
+             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test*.json"))]
     for rel in paths:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, root / rel)

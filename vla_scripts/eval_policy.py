@@ -140,14 +140,16 @@ def load(cfg: EvalPolicyConfig) -> tuple[Any, Any, str, str]:
     from prismatic_tr.models import load_vla
     from prismatic_tr.policy.bundled import UNNORM_KEY, bundled_policy_dir
 
-    path = cfg.vla_path or str(bundled_policy_dir())
+    path = cfg.vla_path
     try:
         if cfg.adapter is not None:
-            from prismatic_tr.policy.adapters import load_adapted_policy
+            from prismatic_tr.policy.adapters import default_base, load_adapted_policy
 
+            path = path or str(default_base(cfg.adapter))  # the bundled policy of the adapter's kind
             vla, processor = load_adapted_policy(cfg.adapter, base=path, apply_reduction=False)
             path = f"{path} + adapter {cfg.adapter}"
         else:
+            path = path or str(bundled_policy_dir())
             vla, processor = load_vla(path)
         stats = sorted(getattr(vla, "norm_stats", None) or {})
         key = cfg.unnorm_key or (UNNORM_KEY if UNNORM_KEY in stats else (stats[0] if len(stats) == 1 else None))

@@ -6,6 +6,13 @@
         --token_reduction.reduction_ratio 0.25                  # inside the towers (the site's default method)
     python vla_scripts/finetune.py ... --distill_weight 1.0    # + KL to the unreduced vla_path at the action tokens
     torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
+    python vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_oft_policy --data_root_dir <dir> \
+        --dataset_name tabletop_pick_oft --token_reduction.spec vision:diverse:0.1@0.25 --distill_weight 1.0
+
+An OpenVLA-OFT checkpoint as ``--vla_path`` trains as OFT's ``finetune.py`` does (``prismatic_tr.training.oft``): every
+step with its action chunk, all the policy's cameras and the state, the L1 loss on the normalised chunk through the
+one parallel pass (the reduction attached), LoRA on the towers, projector and Llama with the action head and proprio
+projector trained whole (or ``--use_lora false``: everything), distillation on the unreduced policy's chunk.
 
 Every check (arguments, dataset directory / split / keys, vla_path, batch size, quantization) runs before
 training; a failure prints ``finetune.py: error: <reason>`` and exits with status 2. Checkpoints go to

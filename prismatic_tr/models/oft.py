@@ -296,6 +296,17 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         return model.to(device=device).eval()
 
 
+def predict_chunk(vla: NativeOpenVLAOFT, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, chunk, action_dim) normalised actions from the L1 head for a collated batch
+    (:class:`prismatic_tr.data.oft.OFTCollator`: pixel_values, input_ids,
+    attention_mask, proprio): the one parallel pass of ``predict_action``, with gradients."""
+    prompt = vla.make_prompt(batch["input_ids"], batch["attention_mask"], for_actions=True)
+    dtype = vla.get_input_embeddings().weight.dtype
+    observation = vla.embed_observation(batch["pixel_values"].to(dtype), batch["proprio"])
+    hidden = vla.run_action_pass(prompt, observation)
+    return vla.action_head.predict_action(hidden)
+
+
 def oft_config_from(config: NativeOpenVLAConfig, oft: dict[str, Any] | OFTSettings | None) -> NativeOpenVLAOFTConfig:
     """An OpenVLA config with OFT's settings added (derived and bookkeeping fields dropped, as ``load_config``)."""
     data = copy.deepcopy(config.to_dict())

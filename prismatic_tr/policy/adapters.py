@@ -4,7 +4,10 @@ Each adapter directory holds peft's ``adapter_config.json`` and ``adapter_model.
 size, the merged policy is the one its records were measured on), ``token_reduction.json`` (the setting it was
 trained under, as a checkpoint's ``config.token_reduction``) and ``record.json`` (how it was made: source
 checkpoint, the bundled policy's sha256, training command and time, the validation curve and the test result).
-``scripts/finetune_reduced.sh`` makes and installs one; :func:`load_adapted_policy` gives the reduced policy::
+An adapter of an OpenVLA-OFT policy also holds the heads trained whole beside the LoRA, in OFT's files
+(``action_head--latest_checkpoint.pt``, ``proprio_projector--latest_checkpoint.pt``, float32); its default base is the
+bundled OFT-style policy. ``scripts/finetune_reduced.sh`` makes and installs one; :func:`load_adapted_policy` gives
+the reduced policy::
 
     vla, processor = load_adapted_policy("vision-diverse-0.1-0.25")      # bundled policy + adapter + reduction
     action = vla.predict_action(image, prompt, unnorm_key=UNNORM_KEY)
@@ -29,7 +32,8 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR, bundled_policy_dir
+from prismatic_tr.models.oft_checkpoint import component_files, read_component
+from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR, bundled_oft_policy_dir, bundled_policy_dir
 
 ADAPTERS_DIR = BUNDLED_POLICY_DIR.parent / "adapters"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -126,6 +130,12 @@ def read_adapter(name_or_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any
     return json.loads((path / SETTING_FILE).read_text()), record
 
 
+def default_base(name_or_dir: str | Path) -> Path:
+    """The bundled policy an adapter loads on by default: the OFT-style one for an adapter with OFT's heads, else
+    the OpenVLA-style one."""
+    return bundled_oft_policy_dir() if component_files(adapter_dir(name_or_dir)) else bundled_policy_dir()
+
+
 def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None, apply_reduction: bool = True,
                         dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
                         allow_other_base: bool = False) -> tuple[Any, Any]:
@@ -150,10 +160,18 @@ def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None,
 
     path = adapter_dir(name_or_dir)
     setting, record = read_adapter(path)
-    base_dir = Path(base) if base is not None else bundled_policy_dir()
+    heads = component_files(path)  # an OFT policy's adapter
+    base_dir = Path(base) if base is not None else default_base(path)
     check_base(path, record, base_dir, allow_other_base)
     vla, processor = load_vla(base_dir, dtype=dtype, device=device)
+    if bool(heads) != hasattr(vla, "oft"):
+        kinds = ("an OpenVLA-OFT policy", "an OpenVLA policy")
+        raise ValueError(f"the adapter {str(path)!r} is for {kinds[not heads]}, and the base {str(base_dir)!r} is "
+                         f"{kinds[bool(heads)]}")
     merged = PeftModel.from_pretrained(vla, str(path), config=lora_config(path)).merge_and_unload()
+    for name, file in heads.items():  # trained whole beside the LoRA
+        head = getattr(merged, name)
+        head.load_state_dict({k: v.to(next(head.parameters()).dtype) for k, v in read_component(file).items()})
     merged.config.token_reduction = setting if apply_reduction else None
     if apply_reduction:
         apply_token_reduction_from_config(merged)
@@ -256,11 +274,14 @@ def install_adapter(checkpoint: str | Path, dest: str | Path, results_dir: str |
     base = _resolved(base, "base") if base is not None else _trained_on(training_config, ckpt)
     record: dict[str, Any] = {
         "source_checkpoint": str(ckpt), "base": str(base), "base_sha256": base_sha256(base),
+        "policy": "openvla-oft" if component_files(ckpt) else "openvla",
         "training_config": training_config, "weights_dtype": "float16",
     }
     if results is not None:
         record.update(_summaries(results))
     dest.mkdir(parents=True, exist_ok=True)
+    for file in component_files(ckpt).values():  # an OFT policy's heads, trained whole
+        shutil.copy(file, dest / file.name)
     shutil.copy(src / "adapter_config.json", dest / "adapter_config.json")
     weights = {k: v.to(torch.float16).contiguous() for k, v in load_file(str(src / "adapter_model.safetensors")).items()}
     save_file(weights, str(dest / "adapter_model.safetensors"))

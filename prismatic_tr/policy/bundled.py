@@ -30,7 +30,7 @@ def bundled_policy_dir() -> Path:
     if not (BUNDLED_POLICY_DIR / "config.json").is_file():
         raise ValueError(f"the bundled policy is missing from {BUNDLED_POLICY_DIR}; remake it with "
                          "`python vla_scripts/train_policy.py --output_dir outputs/bundled_policy --install_dir "
-                         f"{BUNDLED_POLICY_DIR}` (the whole recipe; its stages took ~90 min on 2 CPU cores, benchmarks/results/policy_training/README.md)")
+                         f"{BUNDLED_POLICY_DIR}` (the whole recipe: 73 minutes alone on 2 CPU cores with AMX-BF16, benchmarks/results/policy_training/README.md)")
     return BUNDLED_POLICY_DIR
 
 
@@ -41,13 +41,18 @@ def load_bundled_policy(dtype: torch.dtype | None = None, device: str | torch.de
     return load_vla(bundled_policy_dir(), dtype=dtype, device=device)
 
 
+def bundled_oft_policy_dir() -> Path:
+    """The bundled OFT-style policy's directory; ValueError saying how to make it when it is missing."""
+    if not (BUNDLED_OFT_POLICY_DIR / "config.json").is_file():
+        raise ValueError(f"the bundled OFT policy is missing from {BUNDLED_OFT_POLICY_DIR}; remake it with "
+                         "`python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy --install_dir "
+                         f"{BUNDLED_OFT_POLICY_DIR}`")
+    return BUNDLED_OFT_POLICY_DIR
+
+
 def load_bundled_oft_policy(dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """(vla, processor) of the bundled OFT-style policy (a ``NativeOpenVLAOFT``); ValueError saying how to make it
     when it is missing."""
     from prismatic_tr.models import load_vla
 
-    if not (BUNDLED_OFT_POLICY_DIR / "config.json").is_file():
-        raise ValueError(f"the bundled OFT policy is missing from {BUNDLED_OFT_POLICY_DIR}; remake it with "
-                         "`python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy --install_dir "
-                         f"{BUNDLED_OFT_POLICY_DIR}`")
-    return load_vla(BUNDLED_OFT_POLICY_DIR, dtype=dtype, device=device)
+    return load_vla(bundled_oft_policy_dir(), dtype=dtype, device=device)

@@ -3,7 +3,7 @@
 OFT is a fine-tuning recipe on top of OpenVLA (moojink/openvla-oft): the towers, projector and Llama of a trained
 OpenVLA, plus a proprio projector and an L1-regression head trained from scratch, with several cameras and an
 action chunk predicted in one parallel pass. :func:`oft_from_openvla` builds that model from an OpenVLA-style
-checkpoint (the bundled tabletop policy by default); :func:`predict_chunk` is the training forward (the same pass
+checkpoint (the bundled tabletop policy by default); :func:`~prismatic_tr.models.oft.predict_chunk` is the training forward (the same pass
 as ``predict_action``, with gradients); :func:`train_oft` runs AdamW on the L1 loss (OFT's objective) over batches
 of :mod:`prismatic_tr.data.oft`.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from prismatic_tr.models.oft import NativeOpenVLAOFT, oft_config_from
+from prismatic_tr.models.oft import NativeOpenVLAOFT, oft_config_from, predict_chunk
 from prismatic_tr.models.oft_config import OFTSettings
 
 logger = logging.getLogger("prismatic_tr.training")
@@ -39,16 +39,6 @@ def oft_from_openvla(vla: nn.Module, settings: OFTSettings, seed: int = 0) -> Na
     dtype = next(vla.parameters()).dtype
     model.norm_stats, model.config.norm_stats = {}, None
     return model.to(dtype).eval()
-
-
-def predict_chunk(vla: NativeOpenVLAOFT, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, chunk, action_dim) normalised actions from the L1 head for a collated batch
-    (:class:`prismatic_tr.data.oft.OFTCollator`): the one parallel pass of ``predict_action``, with gradients."""
-    prompt = vla.make_prompt(batch["input_ids"], batch["attention_mask"], for_actions=True)
-    dtype = vla.get_input_embeddings().weight.dtype
-    observation = vla.embed_observation(batch["pixel_values"].to(dtype), batch["proprio"])
-    hidden = vla.run_action_pass(prompt, observation)
-    return vla.action_head.predict_action(hidden)
 
 
 def l1_loss(vla: NativeOpenVLAOFT, batch: dict[str, torch.Tensor], autocast: bool) -> torch.Tensor:

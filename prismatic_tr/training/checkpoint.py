@@ -34,7 +34,7 @@ from prismatic_tr.data.statistics import save_dataset_statistics
 from prismatic_tr.models.checkpoint import carry_remote_code
 from prismatic_tr.models.loading import local_checkpoint_dir
 from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
-from prismatic_tr.training.model import load_base, set_token_reduction
+from prismatic_tr.training.model import OFT_HEADS, load_base, oft_heads, set_token_reduction
 from prismatic_tr.vla import (
     TokenReductionSettings,
     attach_token_reduction,
@@ -75,6 +75,14 @@ def merge_on_cpu(cfg: FinetuneConfig, adapter_dir: Path, dtype: torch.dtype,
     return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
 
 
+def copy_heads(trained: nn.Module, merged: nn.Module) -> None:
+    """Copy an OFT model's trained heads (action head, proprio projector) into ``merged``; nothing for OpenVLA."""
+    for name in OFT_HEADS:
+        head = getattr(merged, name, None)
+        if isinstance(head, nn.Module):
+            head.load_state_dict(getattr(trained, name).state_dict())
+
+
 def _write_merged(
     cfg: FinetuneConfig, model: nn.Module, processor: Any, stats: dict[str, Any], out: Path,
     adapter_dir: Path | None, dtype: torch.dtype,
@@ -82,6 +90,7 @@ def _write_merged(
     live = current_token_reduction(model) if cfg.token_reduction.enabled else []  # also writes model's config
     if cfg.use_lora:
         merged = merge_on_cpu(cfg, adapter_dir, dtype=dtype, reductions=live)  # type: ignore[arg-type]
+        copy_heads(model, merged)  # an OFT model's heads trained whole, beside the adapter
     else:
         merged = model
     set_norm_stats(merged, stats)
@@ -158,10 +167,28 @@ def restore(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: FinetuneCon
         from prismatic_tr.models.checkpoint import from_checkpoint_key
 
         saved = load_file(str(Path(checkpoint_dir) / "model.safetensors"))  # OpenVLA's key names (scale_factor)
-        model.load_state_dict({from_checkpoint_key(k): v for k, v in saved.items()}, strict=True)
+        weights = model.weights_module() if oft_heads(model) else model  # OFT: its heads are in their own files
+        weights.load_state_dict({from_checkpoint_key(k): v for k, v in saved.items()}, strict=True)
+    restore_heads(model, Path(checkpoint_dir))
     restore_scorer(model, Path(checkpoint_dir))
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"])
+
+
+def restore_heads(model: nn.Module, checkpoint_dir: Path) -> None:
+    """Copy an OFT checkpoint's heads (``<name>--*checkpoint.pt``) into ``model``'s, in place (the optimizer keeps
+    its parameters); nothing for OpenVLA. ValueError naming a head the checkpoint lacks."""
+    from prismatic_tr.models.oft_checkpoint import component_files, read_component
+
+    if not oft_heads(model):
+        return
+    files = component_files(checkpoint_dir)
+    for name in OFT_HEADS:
+        head = getattr(model, name, None)
+        if isinstance(head, nn.Module):
+            if name not in files:
+                raise ValueError(f"resume_from={str(checkpoint_dir)!r} holds no {name}--*checkpoint.pt")
+            head.load_state_dict(read_component(files[name]), strict=True)
 
 
 def restore_scorer(model: nn.Module, checkpoint_dir: Path) -> None:

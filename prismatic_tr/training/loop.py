@@ -6,7 +6,6 @@ runs before the first step; only rank 0 writes files.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from prismatic_tr.models import ActionTokenizer
 from prismatic_tr.reducers.learned import LEARNED
 from prismatic_tr.training import checkpoint as ckpt
 from prismatic_tr.training.config import FinetuneConfig
-from prismatic_tr.training.distributed import DistInfo, barrier, broadcast_object, cleanup, init_distributed
+from prismatic_tr.training.distributed import DistInfo, barrier, cleanup, init_distributed
 from prismatic_tr.training.metrics import action_metrics
 from prismatic_tr.training.model import (
     build_training_model,
@@ -33,7 +32,8 @@ from prismatic_tr.training.model import (
     trainable_parameters,
     wrap_ddp,
 )
-from prismatic_tr.training.preflight import DataPlan, check_vla_path, plan_data
+from prismatic_tr.training.preflight import DataPlan, check_vla_path, plan_data, shared_plan
+from prismatic_tr.training.step import accumulated_step
 from prismatic_tr.vla import token_reduction_parameters
 
 logger = logging.getLogger("prismatic_tr.training")
@@ -119,18 +119,10 @@ def optimizer_step(
 
     Under DDP, gradients are synchronised only on the last micro-batch (``no_sync`` before).
     """
-    totals: dict[str, torch.Tensor] = {}
-    for micro in range(grad_accumulation_steps):
-        last = micro == grad_accumulation_steps - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
-        with sync:
-            metrics = forward_with_metrics(model, next(batches), device, action_tokenizer, use_bf16, aux_loss)
-            (metrics["loss"] / grad_accumulation_steps).backward()
-        for k, v in metrics.items():
-            totals[k] = totals.get(k, 0.0) + v.detach().float() / grad_accumulation_steps
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return totals
+    def forward(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return forward_with_metrics(model, batch, device, action_tokenizer, use_bf16, aux_loss)
+
+    return accumulated_step(model, batches, optimizer, grad_accumulation_steps, forward)
 
 
 def _init_wandb(cfg: FinetuneConfig, info: DistInfo) -> Any:
@@ -141,6 +133,11 @@ def _init_wandb(cfg: FinetuneConfig, info: DistInfo) -> Any:
     return wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, name=cfg.exp_id(), config=asdict(cfg))
 
 
+# (metric, name in the log line, format): what a step logs, when the task reports it
+_LOGGED = (("loss", "loss", ".4f"), ("action_accuracy", "action_acc", ".3f"), ("action_l1", "action_l1", ".4f"),
+           ("aux_loss", "aux_loss", ".4f"))
+
+
 def _log(records: list[dict[str, torch.Tensor]], step: int, elapsed: float, result: TrainResult, run: Any) -> None:
     """Turn pending metric tensors into floats (one host sync per log interval), log, append to history."""
     per_step = elapsed / max(len(records), 1)
@@ -149,9 +146,8 @@ def _log(records: list[dict[str, torch.Tensor]], step: int, elapsed: float, resu
         row.update(step=float(step - len(records) + i + 1), step_time_s=per_step)
         result.history.append(row)
     last = result.history[-1]
-    aux = f"  aux_loss {last['aux_loss']:.4f}" if "aux_loss" in last else ""
-    logger.info("step %d  loss %.4f  action_acc %.3f  action_l1 %.4f%s  %.2f s/step",
-                step, last["loss"], last["action_accuracy"], last["action_l1"], aux, per_step)
+    shown = "".join(f"  {name} {last[key]:{form}}" for key, name, form in _LOGGED if key in last)
+    logger.info("step %d%s  %.2f s/step", step, shown, per_step)
     if run is not None:
         run.log({k: v for k, v in last.items() if k != "step"}, step=step)
 
@@ -163,14 +159,56 @@ class Session:
     cfg: FinetuneConfig
     info: DistInfo
     plan: DataPlan
-    model: nn.Module          # what is trained (PeftModel or VLA), DDP-wrapped when world_size > 1
-    inner: nn.Module          # the same, without DDP (saving)
+    model: nn.Module          # what runs the training forward, DDP-wrapped when world_size > 1
+    inner: nn.Module          # what is trained (PeftModel or VLA), without DDP (saving)
     vla: nn.Module            # the underlying VLA (config, vocabulary)
     processor: Any
     optimizer: torch.optim.Optimizer
-    action_tokenizer: ActionTokenizer
+    action_tokenizer: ActionTokenizer | None  # OpenVLA's action tokens (None for an OFT policy: continuous)
     run_dir: Path
     start_step: int
+    task: Any = None          # the policy kind's data, step and distillation (None: OpenVLATask)
+
+
+class OpenVLATask:
+    """How an OpenVLA policy fine-tunes: RLDS steps as prompt + action tokens, next-token loss on the action
+    tokens, KL self-distillation. :class:`prismatic_tr.training.oft.OFTTask` is the OpenVLA-OFT counterpart."""
+
+    plan_needs_model = False  # the data are checked before the model loads
+
+    def plan(self, cfg: FinetuneConfig, info: DistInfo, vla: nn.Module | None) -> DataPlan:
+        return shared_plan(cfg, info, lambda: plan_data(cfg, info.world_size),
+                            lambda: RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split))
+
+    def forward_module(self, inner: nn.Module, vla: nn.Module) -> nn.Module:
+        return inner
+
+    def action_tokenizer(self, vla: nn.Module, processor: Any) -> ActionTokenizer | None:
+        vocab, n_bins, _ = vla_info(vla, processor)
+        return ActionTokenizer(vocab, n_bins)
+
+    def loader(self, session: Session, seed: int) -> DataLoader:
+        return build_loader(session.cfg, session.plan, session.vla, session.processor, session.info, seed)
+
+    def step(self, session: Session, batches: Iterator[dict[str, torch.Tensor]],
+             aux_loss: AuxLoss | None) -> dict[str, torch.Tensor]:
+        cfg, device = session.cfg, session.info.device
+        return optimizer_step(session.model, batches, session.optimizer, cfg.grad_accumulation_steps, device,
+                              session.action_tokenizer, cfg.autocast(device), aux_loss)
+
+    def distillation(self, session: Session, teacher: nn.Module) -> AuxLoss:
+        from prismatic_tr.training.distill import Distillation
+
+        cfg = session.cfg
+        return Distillation(teacher, session.action_tokenizer, weight=cfg.distill_weight,
+                            temperature=cfg.distill_temperature, use_bf16=cfg.autocast(session.info.device))
+
+
+def task_for(vla_path: str) -> Any:
+    """:class:`OpenVLATask`, or :class:`prismatic_tr.training.oft.OFTTask` for an OpenVLA-OFT checkpoint."""
+    from prismatic_tr.training.oft import OFTTask, is_oft_path
+
+    return OFTTask() if is_oft_path(vla_path) else OpenVLATask()
 
 
 def prepare(cfg: FinetuneConfig, info: DistInfo) -> Session:
@@ -180,42 +218,24 @@ def prepare(cfg: FinetuneConfig, info: DistInfo) -> Session:
     if cfg.token_reduction.method == LEARNED and info.world_size > 1:
         raise ValueError(f"token_reduction.method={LEARNED!r} trains its scorer outside the DDP-wrapped model, so "
                          f"its gradients would differ across the {info.world_size} processes; run it in one process")
-    plan = _shared_plan(cfg, info)
+    task = task_for(cfg.vla_path)
+    plan = None if task.plan_needs_model else task.plan(cfg, info, None)
     torch.manual_seed(cfg.seed + info.rank)
     dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
     inner, processor, vla = build_training_model(cfg, info.device, dtype)
+    plan = plan if plan is not None else task.plan(cfg, info, vla)
     scorer = token_reduction_parameters(vla)  # a learned selection's scorer trains with the policy
     optimizer = torch.optim.AdamW(trainable_parameters(inner) + scorer, lr=cfg.learning_rate,
                                   weight_decay=cfg.weight_decay)
     start = ckpt.restore(inner, optimizer, cfg, Path(cfg.resume_from)) if cfg.resume_from else 0
-    vocab, n_bins, _ = vla_info(vla, processor)
     run_dir = Path(cfg.run_root_dir) / cfg.exp_id()
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_dataset_statistics(plan.stats, run_dir)
         _dump_config(cfg, run_dir)
-    model = wrap_ddp(inner, info.device, info.world_size)
-    return Session(cfg, info, plan, model, inner, vla, processor, optimizer, ActionTokenizer(vocab, n_bins),
-                   run_dir, start)
-
-
-def _shared_plan(cfg: FinetuneConfig, info: DistInfo) -> DataPlan:
-    """Rank 0 validates the data and computes statistics once; other ranks reuse them, or fail with rank 0."""
-    if info.world_size == 1:
-        return plan_data(cfg, 1)
-    plan, err = None, None
-    if info.is_main:
-        try:
-            plan = plan_data(cfg, info.world_size)
-        except ValueError as exc:
-            err = str(exc)
-    stats, err = broadcast_object((plan.stats if plan else None, err), info)
-    if err is not None:
-        raise ValueError(err)
-    if plan is not None:
-        return plan
-    source = RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split)
-    return DataPlan(source, stats, int(stats[cfg.dataset_name]["num_transitions"]))
+    model = wrap_ddp(task.forward_module(inner, vla), info.device, info.world_size)
+    return Session(cfg, info, plan, model, inner, vla, processor, optimizer, task.action_tokenizer(vla, processor),
+                   run_dir, start, task)
 
 
 def _dump_config(cfg: FinetuneConfig, run_dir: Path) -> None:
@@ -237,7 +257,8 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
 
     cfg, info = session.cfg, session.info
     result = TrainResult(run_dir=session.run_dir, start_step=session.start_step)
-    loader = build_loader(cfg, session.plan, session.vla, session.processor, info, cfg.seed + session.start_step)
+    task = session.task or OpenVLATask()
+    loader = task.loader(session, cfg.seed + session.start_step)
     batches, wandb_run = iter(loader), _init_wandb(cfg, info)
     pending: list[dict[str, torch.Tensor]] = []
     last = cfg.last_step
@@ -247,8 +268,7 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
         lr = cfg.learning_rate * cfg.lr_factor(step - 1)
         for group in session.optimizer.param_groups:
             group["lr"] = lr
-        metrics = optimizer_step(session.model, batches, session.optimizer, cfg.grad_accumulation_steps,
-                                 info.device, session.action_tokenizer, cfg.autocast(info.device), aux_loss)
+        metrics = task.step(session, batches, aux_loss)
         metrics["lr"] = torch.tensor(lr)
         if info.is_main:
             pending.append(metrics)
@@ -274,16 +294,15 @@ def run(session: Session, aux_loss: AuxLoss | None = None) -> TrainResult:
 
 def distillation_for(session: Session) -> AuxLoss | None:
     """The self-distillation loss ``cfg.distill_weight`` asks for (teacher: ``cfg.vla_path`` loaded again, every
-    reduction removed), or None when the weight is 0."""
+    reduction removed; matched on action-token distributions, or on an OFT policy's continuous chunk), or None when
+    the weight is 0."""
     cfg, info = session.cfg, session.info
     if not cfg.distill_weight > 0:
         return None
-    from prismatic_tr.training.distill import Distillation
     from prismatic_tr.training.model import build_teacher
 
     teacher = build_teacher(cfg, info.device, session.vla.dtype)
-    return Distillation(teacher, session.action_tokenizer, weight=cfg.distill_weight,
-                        temperature=cfg.distill_temperature, use_bf16=cfg.autocast(info.device))
+    return (session.task or OpenVLATask()).distillation(session, teacher)
 
 
 def finetune(cfg: FinetuneConfig) -> TrainResult:

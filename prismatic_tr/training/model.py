@@ -100,12 +100,33 @@ def all_linear_names(model: nn.Module) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m is not out_emb]
 
 
-def add_lora(vla: nn.Module, cfg: FinetuneConfig) -> nn.Module:
-    """Wrap ``vla`` with LoRA adapters (rank ``cfg.lora_rank``, alpha min(rank, 16), gaussian init)."""
-    from peft import LoraConfig, get_peft_model
+# the modules an OpenVLA-OFT model adds to OpenVLA's; OFT's finetune.py trains them whole beside the VLA's LoRA
+OFT_HEADS = ("action_head", "proprio_projector")
+
+
+def oft_heads(vla: nn.Module) -> list[nn.Module]:
+    """The OFT heads ``vla`` has (none for an OpenVLA model): trained whole, under LoRA too."""
+    return [m for m in (getattr(vla, name, None) for name in OFT_HEADS) if isinstance(m, nn.Module)]
+
+
+def lora_targets(vla: nn.Module) -> Any:
+    """peft's ``target_modules`` for ``vla``: "all-linear" for a ``PreTrainedModel`` (every Linear but the output
+    embeddings), the same list by name for a plain module, and for an OFT model the Linears of the towers,
+    projector and Llama only (its heads train whole, as OFT's ``finetune.py`` does)."""
     from transformers import PreTrainedModel
 
-    targets: Any = "all-linear" if isinstance(vla, PreTrainedModel) else all_linear_names(vla)
+    if oft_heads(vla):
+        heads = tuple(f"{name}." for name in OFT_HEADS)
+        return [n for n in all_linear_names(vla) if not n.startswith(heads)]
+    return "all-linear" if isinstance(vla, PreTrainedModel) else all_linear_names(vla)
+
+
+def add_lora(vla: nn.Module, cfg: FinetuneConfig) -> nn.Module:
+    """Wrap ``vla`` with LoRA adapters (rank ``cfg.lora_rank``, alpha min(rank, 16), gaussian init) on
+    :func:`lora_targets`."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = lora_targets(vla)
     lora_cfg = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
@@ -123,10 +144,13 @@ def build_training_model(
 
     Returns:
         (model to train: PeftModel or the VLA itself, processor, the underlying VLA).
-    Order: load on the CPU -> quantize (optional) -> move to ``device`` -> token reduction -> LoRA -> freeze the
-    towers (``cfg.freeze_vision_backbone``: no gradient reaches them, so their backward pass is skipped too).
+    Order: load on the CPU -> quantize (optional) -> move to ``device`` -> token reduction -> LoRA (an OFT model's
+    heads stay trainable) -> freeze the towers (``cfg.freeze_vision_backbone``: no gradient reaches them, so their backward pass is skipped too).
     """
     vla, processor = load_base(cfg.vla_path, dtype=dtype, device="cpu")
+    if oft_heads(vla) and cfg.use_quantization:
+        raise ValueError(f"use_quantization=True is not built for OpenVLA-OFT policies (vla_path={str(cfg.vla_path)!r}"
+                         "); fine-tune it with LoRA or fully without quantization")
     if cfg.use_quantization:
         names = quantize_linears(vla, cfg.quantization_bits, device, compute_dtype=dtype)
         logger.info("quantized %d Linear layers to %d bit", len(names), cfg.quantization_bits)
@@ -138,6 +162,8 @@ def build_training_model(
     if not cfg.use_lora:
         for p in vla.parameters():
             p.requires_grad_(True)
+    for head in oft_heads(vla):
+        head.requires_grad_(True)
     if cfg.freeze_vision_backbone:
         for p in vla.vision_backbone.parameters():
             p.requires_grad_(False)

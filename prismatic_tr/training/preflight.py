@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from prismatic_tr.data.rlds import RLDSSource
 from prismatic_tr.data.statistics import compute_dataset_statistics, load_dataset_statistics
 from prismatic_tr.training.checkpoint import load_trainer_state
 from prismatic_tr.training.config import FinetuneConfig
+from prismatic_tr.training.distributed import DistInfo, broadcast_object
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -79,3 +81,23 @@ def plan_data(cfg: FinetuneConfig, world_size: int) -> DataPlan:
     n = int(stats[cfg.dataset_name]["num_transitions"])
     check_batch_fits(cfg.batch_size, world_size, n)
     return DataPlan(source, stats, n)
+
+
+def shared_plan(cfg: FinetuneConfig, info: DistInfo, make_plan: Callable[[], DataPlan],
+                 open_source: Callable[[], Any]) -> DataPlan:
+    """Rank 0 validates the data and computes statistics once (``make_plan``); other ranks reuse them with their
+    own ``open_source()``, or fail with rank 0."""
+    if info.world_size == 1:
+        return make_plan()
+    plan, err = None, None
+    if info.is_main:
+        try:
+            plan = make_plan()
+        except ValueError as exc:
+            err = str(exc)
+    stats, err = broadcast_object((plan.stats if plan else None, err), info)
+    if err is not None:
+        raise ValueError(err)
+    if plan is not None:
+        return plan
+    return DataPlan(open_source(), stats, int(stats[cfg.dataset_name]["num_transitions"]))

@@ -29,8 +29,9 @@ SPEED_MODEL_FIDELITY = ("action_token_agreement", "action_mae", "first_token_kl"
 
 
 # Why an OpenVLA-OFT model's rows have no success columns.
-NO_OFT_POLICY = ("not measured: there is no OpenVLA-OFT policy yet (the bundled tabletop policy is an OpenVLA one), "
-                 "so OFT rows report speed and the random model's fidelity only")
+NO_OFT_POLICY = ("not measured here: the bundled OFT-style policy runs at its own size, not this preset's, so OFT rows "
+                 "report speed and the random model's fidelity only; its success under each setting is measured by "
+                 "vla_scripts/eval_policy.py (benchmarks/results/oft_policy, and the table under the README's main one)")
 
 
 def policy_success_applies(vla_path: str | None, policy_episodes: int, oft: bool = False) -> str | None:

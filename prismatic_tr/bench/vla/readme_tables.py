@@ -35,6 +35,10 @@ SPEED_BY_DTYPE = {"float32": FINETUNE / "speed_float32" / "results.json",
 OFT_BY_DTYPE = {"float32": RESULTS / "oft" / "float32" / "results.json",
                "bfloat16": RESULTS / "oft" / "bfloat16" / "results.json"}
 MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
+# the bundled OFT policy's closed-loop runs: eval_test* (200 test episodes) and eval_test_5obj* (100 five-object
+# scenes); a later run adds settings in its own folder (eval_test_<what>), the first file's unreduced row is kept
+OFT_POLICY_DIR = RESULTS / "oft_policy"
+OFT_POLICY = {"test": "eval_test", "test_5obj": "eval_test_5obj"}
 ADAPTERS = Path("prismatic_tr/assets/adapters")
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
@@ -50,6 +54,8 @@ class Sources:
     by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
     oft: dict[str, dict[str, Any]]  # dtype -> oft/<dtype>/results.json ({"meta", "records"})
     main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
+    oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
+    oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -59,7 +65,9 @@ class Sources:
                    adapter_test100={n: _adapter_test(root, n) for n in names},
                    by_dtype={d: _by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()},
                    oft={d: _json(root / p) for d, p in OFT_BY_DTYPE.items()},
-                   main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None)
+                   main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None,
+                   oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
+                   oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)})
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -72,14 +80,49 @@ def _by_setting(path: Path) -> dict[str, dict[str, Any]]:
     return {r["setting"]: r for r in _json(path)["records"]}
 
 
+def _adapter_run(root: Path, name: str) -> str:
+    """The fine-tuning run adapter ``name`` came from (its record.json's ``source_checkpoint``:
+    ``outputs/finetune_reduced/<run>/...``), whose records are in ``benchmarks/results/finetune_reduced/<run>``."""
+    parts = Path(_json(root / ADAPTERS / name / "record.json")["source_checkpoint"]).parts
+    return parts[parts.index("finetune_reduced") + 1]
+
+
 def _adapter_test(root: Path, name: str) -> dict[str, Any]:
-    """The record of adapter ``name``'s setting in the eval_test.json of the fine-tuning run it came from (its
-    record.json's ``source_checkpoint``: ``outputs/finetune_reduced/<run>/...``)."""
-    record = _json(root / ADAPTERS / name / "record.json")
-    parts = Path(record["source_checkpoint"]).parts
-    run = parts[parts.index("finetune_reduced") + 1]
-    records = _json(root / FINETUNE / run / "eval_test.json")["records"]
+    """The record of adapter ``name``'s setting in the eval_test.json of the fine-tuning run it came from."""
+    records = _json(root / FINETUNE / _adapter_run(root, name) / "eval_test.json")["records"]
     return next(r for r in records if r["setting"] != "none")
+
+
+def oft_policy_files(root: Path, kind: str) -> list[Path]:
+    """The results files of one kind of the bundled OFT policy's runs (``OFT_POLICY``), the first run first."""
+    first = OFT_POLICY[kind]
+    others = [d for d in sorted((root / OFT_POLICY_DIR).glob(f"{first}_*"))
+              if kind == "test_5obj" or not d.name.startswith(OFT_POLICY["test_5obj"])]
+    return [root / OFT_POLICY_DIR / first / "results.json", *(d / "results.json" for d in others)]
+
+
+def _oft_policy_runs(root: Path, kind: str) -> dict[str, dict[str, Any]]:
+    """Setting label -> record over :func:`oft_policy_files` (a label already read is kept)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in oft_policy_files(root, kind):
+        for label, rec in _by_setting(path).items():
+            out.setdefault(label, rec)
+    return out
+
+
+def _oft_adapter_names(root: Path) -> list[str]:
+    """The shipped adapters of the OFT-style policy (their record.json says ``"policy": "openvla-oft"``)."""
+    return sorted(p.parent.name for p in (root / ADAPTERS).glob("*/record.json")
+                  if json.loads(p.read_text()).get("policy") == "openvla-oft")
+
+
+def _oft_adapter_tests(root: Path, name: str) -> dict[str, Any]:
+    """An OFT adapter's test records: its run's eval_test.json and, when measured, eval_test_5obj.json."""
+    test = _adapter_test(root, name)
+    run = _adapter_run(root, name)
+    five = root / FINETUNE / run / "eval_test_5obj.json"
+    five_rec = next(r for r in _json(five)["records"] if r["setting"] != "none") if five.is_file() else None
+    return {"setting": test["setting"], "test": test, "test_5obj": five_rec}
 
 
 # ---------------------------------------------------------------- cells
@@ -98,6 +141,14 @@ def success(rec: dict[str, Any] | None, prefix: str = "") -> str:
     return pct(rec.get(f"{prefix}success_rate"), rec.get(f"{prefix}success_ci_low"), rec.get(f"{prefix}success_ci_high"))
 
 
+def success_exact(rec: dict[str, Any] | None) -> str:
+    """``99.5 % (97.2-99.9 %)``: one decimal, for 200-episode figures whose half points matter; ``-`` if absent."""
+    if rec is None:
+        return "-"
+    return (f"{100 * rec['success_rate']:.1f} % ({100 * rec['success_ci_low']:.1f}-"
+            f"{100 * rec['success_ci_high']:.1f} %)")
+
+
 def end_to_end(rec: dict[str, Any]) -> str:
     """``predict_action_speedup``, ``*`` when the row is flagged noisy, a dagger on an adapter row."""
     return (f"{rec['predict_action_speedup']:.2f}x" + ("*" if rec.get("noise_flag") else "")
@@ -105,7 +156,7 @@ def end_to_end(rec: dict[str, Any]) -> str:
 
 
 def _fraction(depth: float) -> str:
-    f = Fraction(depth).limit_denominator(16)
+    f = Fraction(depth).limit_denominator(20)
     return f"{f.numerator}/{f.denominator}"
 
 
@@ -210,6 +261,41 @@ def main_table(src: Sources) -> str:
     return "\n".join(_table(header, rows) + notes)
 
 
+def main_oft_rows(src: Sources) -> str:
+    """README.md, under the main table: the same for OpenVLA-OFT. Speed of every setting timed on cpu-bench-oft in
+    both dtypes (benchmarks/results/oft) beside the success of the bundled OFT-style policy under it, shipped OFT
+    adapters after their setting."""
+    f32, bf16 = ({r["setting"]: r for r in src.oft[d]["records"]} for d in ("float32", "bfloat16"))
+    header = ["where the tokens are cut, which (OpenVLA-OFT)", "keep",
+              "end to end on cpu-bench-oft, float32 / bfloat16",
+              f"bundled OFT policy, {_episodes(list(src.oft_policy['test'].values()), 'episodes')} test episodes",
+              f"{_episodes(list(src.oft_policy['test_5obj'].values()), 'episodes')} five-object test scenes"]
+
+    def speeds(label: str) -> str:
+        rows = [by.get(label) for by in (f32, bf16)]
+        return "-" if None in rows else " / ".join(
+            f"{r['predict_action_speedup']:.2f}" + ("*" if r.get("noise_flag") else "") for r in rows) + "x"
+
+    rows = []
+    for rec in src.oft["float32"]["records"]:
+        label = rec["setting"]
+        rows.append([describe(rec), keep(rec), speeds(label), success_exact(src.oft_policy["test"].get(label)),
+                     success_exact(src.oft_policy["test_5obj"].get(label))])
+        for name, tests in src.oft_adapters.items():
+            if tests["setting"] == label:
+                rows.append([f"`{label}` with its shipped fine-tuned adapter (`{name}`)", keep(rec),
+                             speeds(label) + ADAPTER_MARK, success_exact(tests["test"]),
+                             success_exact(tests["test_5obj"])])
+    notes = ["", "Speed: `cpu-bench-oft` (cpu-bench's towers and LLM, 2 images, proprio, a chunk of 8 in one pass, "
+             "random weights), the runs under the OpenVLA-OFT table below (`benchmarks/results/oft/`). Success: the "
+             "bundled OFT-style policy (`prismatic_tr/assets/tabletop_oft_policy`, the tabletop task's towers and "
+             "Llama at policy size) closed loop on the test split, chunks open loop (`benchmarks/results/oft_policy/`"
+             f"; adapters: `benchmarks/results/finetune_reduced/oft-*/`). \\* flagged noisy by its run (its p10-p90 "
+             f"spread is wide; the OpenVLA-OFT table below gives the milliseconds). {ADAPTER_MARK} merged LoRA: the "
+             "setting's speed."]
+    return "\n".join(_table(header, rows) + notes)
+
+
 def _cut(rec: dict[str, Any]) -> str:
     return f"{rec.get('cut') or 'none'} / {rec.get('policy_cut') or 'none'}"
 
@@ -286,6 +372,7 @@ def main_oft_table(src: Sources) -> str:
 # (README path relative to the root, table name, renderer)
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "main", main_table),
+    ("README.md", "main_oft", main_oft_rows),
     ("benchmarks/results/policy/README.md", "policy", policy_table),
     ("README.md", "oft", oft_table),
     ("benchmarks/results/policy/README.md", "oft", main_oft_table),
