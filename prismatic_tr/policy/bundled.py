@@ -25,13 +25,25 @@ BUNDLED_OFT_POLICY_DIR = BUNDLED_POLICY_DIR.parent / "tabletop_oft_policy"
 OFT_UNNORM_KEY = "tabletop_pick_oft"
 
 
+def _shipped(directory: Path, what: str, remake: str) -> Path:
+    """``directory`` when it holds a checkpoint; ValueError naming ``what`` is missing and the ``remake`` command."""
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"the bundled {what} is missing from {directory}; remake it with `{remake} --install_dir "
+                         f"{directory}`")
+    return directory
+
+
 def bundled_policy_dir() -> Path:
-    """The bundled policy's directory; ValueError saying how to make it when it is missing."""
-    if not (BUNDLED_POLICY_DIR / "config.json").is_file():
-        raise ValueError(f"the bundled policy is missing from {BUNDLED_POLICY_DIR}; remake it with "
-                         "`python vla_scripts/train_policy.py --output_dir outputs/bundled_policy --install_dir "
-                         f"{BUNDLED_POLICY_DIR}` (the whole recipe: 73 minutes alone on 2 CPU cores with AMX-BF16, benchmarks/results/policy_training/README.md)")
-    return BUNDLED_POLICY_DIR
+    """The bundled policy's directory; ValueError saying how to make it when it is missing (the whole recipe: 73
+    minutes alone on 2 CPU cores with AMX-BF16, benchmarks/results/policy_training/README.md)."""
+    return _shipped(BUNDLED_POLICY_DIR, "policy",
+                    "python vla_scripts/train_policy.py --output_dir outputs/bundled_policy")
+
+
+def bundled_oft_policy_dir() -> Path:
+    """The bundled OFT-style policy's directory; ValueError saying how to make it when it is missing."""
+    return _shipped(BUNDLED_OFT_POLICY_DIR, "OFT policy",
+                    "python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy")
 
 
 def load_bundled_policy(dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
@@ -39,15 +51,6 @@ def load_bundled_policy(dtype: torch.dtype | None = None, device: str | torch.de
     from prismatic_tr.models import load_vla
 
     return load_vla(bundled_policy_dir(), dtype=dtype, device=device)
-
-
-def bundled_oft_policy_dir() -> Path:
-    """The bundled OFT-style policy's directory; ValueError saying how to make it when it is missing."""
-    if not (BUNDLED_OFT_POLICY_DIR / "config.json").is_file():
-        raise ValueError(f"the bundled OFT policy is missing from {BUNDLED_OFT_POLICY_DIR}; remake it with "
-                         "`python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy --install_dir "
-                         f"{BUNDLED_OFT_POLICY_DIR}`")
-    return BUNDLED_OFT_POLICY_DIR
 
 
 def load_bundled_oft_policy(dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
