@@ -11,13 +11,14 @@ Prints one JSON object (medians in ms) and writes it to ``--output`` when given.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from prismatic_tr.cli import print_json
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -57,11 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
               "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
               "command": " ".join(["python", "benchmarks/exact_savings.py", *(argv if argv is not None else sys.argv[1:])]),
               "wall_s": round(time.perf_counter() - start, 1)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+    print_json(result, args.output)
     return result
 
 

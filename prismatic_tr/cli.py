@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
@@ -208,3 +210,14 @@ def run_command(parse: Callable[[Sequence[str] | None], T], run: Callable[[T], A
     with status 2), run, and return 0, or ``run``'s own status when it returns an int."""
     status = run(parse(argv))
     return status if isinstance(status, int) and not isinstance(status, bool) else 0
+
+
+def print_json(result: dict[str, Any], output: str | Path | None = None) -> str:
+    """Print ``result`` as indented JSON and, when ``output`` is given, write it there too (parents made); returns the
+    text. What the one-object measurements (``benchmarks/*.py``, ``load_test.py``) print and save."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text + "\n")
+    return text

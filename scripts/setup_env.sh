@@ -5,6 +5,8 @@
 #   STACK=latest  the newest releases from the registry today, unpinned (installed packages are upgraded)
 #   STACK=openvla OpenVLA's pins (torch 2.2.0, timm 0.9.10, transformers 4.40.1, ...): constraints/openvla.txt
 #   VENV=path     where the environment goes (default .venv; .venv-latest, .venv-openvla for the other stacks)
+#   METAWORLD=1   also install the metaworld extra (MetaWorld benchmark: prismatic_tr.envs.metaworld) and the OSMesa
+#                 library that renders it on a CPU (apt-get install libosmesa6, when missing and run as root)
 # Any arguments are then run with the environment's python: `setup_env.sh -m pytest -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +25,29 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   uv venv -q -p python3 "$VENV"
 fi
-if ! VIRTUAL_ENV="$VENV" uv pip install -q -e ".[all]" "${install_args[@]}"; then
+extras=all
+case "${METAWORLD:-0}" in
+  0) ;;
+  1) extras=all,metaworld ;;
+  *) echo "METAWORLD=$METAWORLD is not allowed; use 0 or 1" >&2; exit 2 ;;
+esac
+if [[ "$extras" == *metaworld* ]] && ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing libosmesa6 (OSMesa: MetaWorld's offscreen rendering on a CPU)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libosmesa6 >/dev/null
+  else
+    echo "MetaWorld renders on a CPU with OSMesa, which is missing: install it (Debian/Ubuntu: sudo apt-get install" \
+      "libosmesa6); the MetaWorld tests are skipped until then" >&2
+  fi
+fi
+if ! VIRTUAL_ENV="$VENV" uv pip install -q -e ".[$extras]" "${install_args[@]}"; then
   if [[ "$STACK" == newest ]]; then
     echo "constraints/newest.txt locks Python 3.11 on linux x86_64; elsewhere use STACK=latest (unpinned)," \
       "or refresh the lock with scripts/lock.sh" >&2
   fi
   exit 1
 fi
-echo "installed prismatic_tr ($STACK stack) into $VENV"
+echo "installed prismatic_tr[$extras] ($STACK stack) into $VENV"
 if [[ $# -gt 0 ]]; then
   exec "$VENV/bin/python" "$@"
 fi

@@ -65,3 +65,32 @@ def test_compile_needs_a_warmup_round(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         benchmark.parse_config(["--compile", "true", "--warmup", "0"])
     assert exc.value.code == 2 and "--compile true needs --warmup >= 1" in capsys.readouterr().err
+
+
+def test_freeze_needs_compile_and_inductor(capsys, model_and_inputs) -> None:
+    with pytest.raises(SystemExit) as exc:
+        benchmark.parse_config(["--freeze", "true"])
+    assert exc.value.code == 2 and "--freeze true is inductor's freezing" in capsys.readouterr().err
+    vla, _ = model_and_inputs
+    with pytest.raises(ValueError, match="backend='aot_eager' is not allowed"):
+        compile_blocks(vla, backend="aot_eager", freeze=True)
+    assert not any("forward" in m.__dict__ for m in compiled_modules(vla))  # refused before any change
+
+
+def test_frozen_blocks_give_the_eager_block_and_freezing_is_put_back(model_and_inputs) -> None:
+    import torch._inductor.config as inductor_config
+
+    vla, inputs = model_and_inputs
+    block = vla.vision_backbone.featurizer.blocks[0]
+    x = torch.randn(1, 17, block.norm1.normalized_shape[0])
+    with torch.no_grad():
+        want = block(x)
+        before = inductor_config.freezing
+        handle = compile_blocks(vla, freeze=True)
+        try:
+            assert inductor_config.freezing is True
+            torch.testing.assert_close(block(x), want, rtol=1e-5, atol=1e-5)  # one block compiled, frozen
+        finally:
+            handle.remove()
+    assert inductor_config.freezing == before and "forward" not in block.__dict__
+    torch._dynamo.reset()

@@ -60,7 +60,7 @@ def _copy_sources(root: Path) -> None:
     """The READMEs and every results file the tables read, into a scratch repository ``root``."""
     paths = ["README.md", "benchmarks/results/policy/README.md", str(readme_tables.POLICY_RESULTS),
              str(readme_tables.SELECTION_TEST), *map(str, readme_tables.SPEED_BY_DTYPE.values()),
-             *map(str, readme_tables.OFT_BY_DTYPE.values()),
+             *map(str, readme_tables.OFT_BY_DTYPE.values()), *map(str, readme_tables.OFT_FROZEN_BY_DTYPE.values()),
              *([str(readme_tables.MAIN_OFT)] if (ROOT / readme_tables.MAIN_OFT).is_file() else []),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/record.json")),
              *(str(f.relative_to(ROOT)) for k in readme_tables.OFT_POLICY for f in readme_tables.oft_policy_files(ROOT, k)),

@@ -10,13 +10,12 @@ the first seed no split used (evaluate from there for unseen layouts). Bad flags
 without ``--overwrite true``, exit with status 2 before any episode is run.
 """
 
-import sys
 from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
-from prismatic_tr.cli import EXIT_BAD_INPUT, parse_config_or_exit
-from prismatic_tr.envs.demos import DemoConfig, DemoReport, check_output, make_demos
+from prismatic_tr.cli import parse_config_or_exit
+from prismatic_tr.envs.demos import DemoConfig, DemoReport, make_demos, run_demo_command
 
 PROG = "make_demos.py"
 
@@ -28,18 +27,7 @@ def parse_config(args: Sequence[str] | None = None) -> DemoConfig:
 
 def main(cfg: DemoConfig) -> DemoReport:
     """Check the output location (exit 2 if taken), run the expert, write and describe the dataset."""
-    try:
-        check_output(cfg)
-    except ValueError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT) from None
-    report = make_demos(cfg)
-    for split in report.splits:
-        print(split.line())
-    print(f"wrote {report.version_dir} (--data_root_dir {report.data_root_dir} --dataset_name {report.dataset_name})")
-    print(f"summary: {report.summary_path}" + (f" | preview: {report.preview_path}" if report.preview_path else ""))
-    print(f"seeds >= {report.first_unseen_seed} are unseen by this dataset")
-    return report
+    return run_demo_command(cfg, make_demos, PROG)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import dataclasses
 import json
 import re
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,18 +67,9 @@ class DemoConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        for name, low in (("num_episodes", 1), ("num_val_episodes", 0), ("seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+        check_dataset_flags(self, {"num_episodes": 1, "num_val_episodes": 0, "seed": 0})
         check_seeds(DEMONSTRATIONS, self.seed, self.num_episodes + self.num_val_episodes,
                     job=f"--seed {self.seed} with {self.num_episodes} + {self.num_val_episodes} episodes")
-        if not _NAME_RE.match(self.dataset_name):
-            raise ValueError(f"--dataset_name {self.dataset_name!r} is not allowed; use lower-case letters, "
-                             "digits and _ , starting with a letter")
-        self.output_dir = Path(self.output_dir)
-        if self.output_dir.exists() and not self.output_dir.is_dir():
-            raise ValueError(f"--output_dir {str(self.output_dir)!r} exists and is not a directory")
         self.task_config()
         ExecutionNoise(self.motion_noise, self.gripper_noise)  # validates both
 
@@ -96,6 +88,21 @@ class DemoConfig:
         if self.num_val_episodes:
             splits["val"] = range(train.stop, train.stop + self.num_val_episodes)
         return splits
+
+
+def check_dataset_flags(cfg: Any, minimums: dict[str, int]) -> None:
+    """Check a demonstration config's flags (ValueError naming the flag): each integer field in ``minimums`` at least
+    its minimum, ``dataset_name`` a tfds name, ``output_dir`` not a file (made a Path)."""
+    for name, low in minimums.items():
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+    if not _NAME_RE.match(cfg.dataset_name):
+        raise ValueError(f"--dataset_name {cfg.dataset_name!r} is not allowed; use lower-case letters, "
+                         "digits and _ , starting with a letter")
+    cfg.output_dir = Path(cfg.output_dir)
+    if cfg.output_dir.exists() and not cfg.output_dir.is_dir():
+        raise ValueError(f"--output_dir {str(cfg.output_dir)!r} exists and is not a directory")
 
 
 @dataclass
@@ -163,6 +170,25 @@ def check_output(cfg: DemoConfig) -> None:
                          "--overwrite true to replace it, or another --dataset_name / --output_dir")
     for path in existing:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def run_demo_command(cfg: Any, make: Callable[[Any], DemoReport], prog: str, unseen_note: str = "") -> DemoReport:
+    """A demonstration command's body: check the output location (``prog: error: ...`` and exit 2 if taken), run
+    ``make(cfg)``, print one line per split (or task), where the dataset went and which seeds it never drew."""
+    from prismatic_tr.cli import EXIT_BAD_INPUT
+
+    try:
+        check_output(cfg)
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    report = make(cfg)
+    for split in report.splits:
+        print(split.line())
+    print(f"wrote {report.version_dir} (--data_root_dir {report.data_root_dir} --dataset_name {report.dataset_name})")
+    print(f"summary: {report.summary_path}" + (f" | preview: {report.preview_path}" if report.preview_path else ""))
+    print(f"seeds >= {report.first_unseen_seed} are unseen by this dataset{unseen_note}")
+    return report
 
 
 def preview_image(results: list[EpisodeResult], frames: int = PREVIEW_FRAMES) -> Any:

@@ -19,6 +19,9 @@ layout of OFT's LIBERO datasets instead: ``observation/image`` is the third-pers
 ``observation/wrist_image`` the eye-in-hand one; ``observation/state`` as above. Episodes relabelled by an OFT
 teacher (:mod:`prismatic_tr.policy.onpolicy`) also hold ``action_chunk`` (chunk, 7) float32 per step: the teacher's
 whole chunk there, which OFT training reads instead of the next actions.
+
+MetaWorld episodes (:mod:`prismatic_tr.envs.metaworld`) are written the same way (third-person layout, states given
+as (4,) arrays, frames of ``image_size``); their ``kind`` is the task's name and ``target`` the goal vector as text.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ STATE_DIM = 4
 WRIST_IMAGE = "wrist_image"  # the eye-in-hand camera's key in third-person datasets (OFT's LIBERO layout)
 
 
-def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = None) -> Any:
-    """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring)."""
+def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = None,
+                  image_size: int = IMAGE_SIZE) -> Any:
+    """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring); frames ``image_size`` square."""
     f = tfds.features
     flag = lambda: f.Tensor(shape=(), dtype=np.bool_)  # noqa: E731
     scalar = lambda: f.Tensor(shape=(), dtype=np.float32)  # noqa: E731
-    image = lambda: f.Image(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), encoding_format="png")  # noqa: E731
+    image = lambda: f.Image(shape=(image_size, image_size, 3), encoding_format="png")  # noqa: E731
     observation = {"image": image(), "state": f.Tensor(shape=(STATE_DIM,), dtype=np.float32)}
     if third_person:
         observation[WRIST_IMAGE] = image()
@@ -69,12 +73,14 @@ def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = Non
     return f.FeaturesDict({"steps": f.Dataset(step), "episode_metadata": f.FeaturesDict(metadata)})
 
 
-def state_vector(state: EnvState) -> np.ndarray:
-    """(4,) float32: effector x, y, z and gripper open (1.0) / closed (0.0)."""
+def state_vector(state: EnvState | np.ndarray) -> np.ndarray:
+    """(4,) float32: effector x, y, z and gripper open (1.0) / closed (0.0); a (4,) array (MetaWorld's) as is."""
+    if isinstance(state, np.ndarray):
+        return state.astype(np.float32).reshape(STATE_DIM)
     return np.array([*state.effector, float(state.gripper_open)], dtype=np.float32)
 
 
-def observation(image: np.ndarray, state: EnvState, third_person: np.ndarray | None) -> dict[str, np.ndarray]:
+def observation(image: np.ndarray, state: EnvState | np.ndarray, third_person: np.ndarray | None) -> dict[str, np.ndarray]:
     """One step's observation: the eye-in-hand image as ``image``, or, with a third-person image, that one as
     ``image`` and the eye-in-hand one as ``wrist_image`` (OFT's LIBERO layout)."""
     if third_person is None:
@@ -120,19 +126,22 @@ def write_episodes(
     description: str = "",
     third_person: bool = False,
     chunk: int | None = None,
+    image_size: int = IMAGE_SIZE,
 ) -> Path:
     """Write episodes as the RLDS dataset ``root/name/1.0.0``; returns that directory.
 
     ``splits`` maps a split name to a callable yielding recorded results (``rollout(..., record=True)``) one
     episode at a time, so no more than one episode is held in memory; they are stored in that order.
     ``third_person``: the episodes were recorded with the third-person camera (OFT's layout, module docstring);
-    ``chunk``: they hold a teacher's ``action_chunks`` of that length.
+    ``chunk``: they hold a teacher's ``action_chunks`` of that length; ``image_size``: their frames' size.
     """
     from prismatic_tr.data.writer import write_tfds_dataset  # imports torch, then tensorflow lazily
 
     def examples(make: Callable[[], Iterable[EpisodeResult]]) -> Callable[[], Iterable[tuple[str, dict]]]:
-        return lambda: ((f"seed_{r.seed}", episode_example(r)) for r in make())
+        # keys sort in the order written (tensorflow-datasets 4.9.3 stores examples sorted by key even with shuffling
+        # disabled) and stay unique across kinds (a MetaWorld dataset holds several tasks with the same seeds)
+        return lambda: ((f"{i:09d}_{r.kind}_seed_{r.seed}", episode_example(r)) for i, r in enumerate(make()))
 
-    features = lambda tfds: rlds_features(tfds, third_person, chunk)  # noqa: E731
+    features = lambda tfds: rlds_features(tfds, third_person, chunk, image_size)  # noqa: E731
     return write_tfds_dataset(root, name, features, {s: examples(m) for s, m in splits.items()},
                               description=description, keep_order=True)

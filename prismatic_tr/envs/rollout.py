@@ -38,7 +38,7 @@ class EpisodeResult:
     steps: int
     images: list[np.ndarray] = field(default_factory=list)
     actions: list[np.ndarray] = field(default_factory=list)
-    states: list[EnvState] = field(default_factory=list)
+    states: list[EnvState | np.ndarray] = field(default_factory=list)  # (4,) float32 arrays in MetaWorld episodes
     final_image: np.ndarray | None = None  # the image after the last step (recorded only)
     third_person_images: list[np.ndarray] = field(default_factory=list)  # recorded, third-person episodes only
     action_chunks: list[np.ndarray] = field(default_factory=list)  # (chunk, 7) labels per step (OFT relabelling)

@@ -19,6 +19,7 @@ Seeds from 4,000,000 on belong to no split. Knows nothing about models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -52,39 +53,44 @@ SPLITS: dict[str, SeedSplit] = {s.name: s for s in (
 )}
 
 
-def seed_split(name: str) -> SeedSplit:
-    """The split called ``name``; ValueError naming the allowed names otherwise."""
-    if name not in SPLITS:
-        raise ValueError(f"seed split {name!r} is not allowed; choose one of {list(SPLITS)}")
-    return SPLITS[name]
+def seed_split(name: str, splits: Mapping[str, SeedSplit] = SPLITS) -> SeedSplit:
+    """The split called ``name`` of ``splits`` (default: the tabletop task's); ValueError naming the allowed names
+    otherwise."""
+    if name not in splits:
+        raise ValueError(f"seed split {name!r} is not allowed; choose one of {list(splits)}")
+    return splits[name]
 
 
-def check_seeds(split: str, first: int, count: int, job: str | None = None) -> range:
+def check_seeds(split: str, first: int, count: int, job: str | None = None,
+                splits: Mapping[str, SeedSplit] = SPLITS) -> range:
     """Seeds ``first`` ... ``first + count - 1`` once checked to lie in ``split``.
 
     ValueError when they leave it, naming the splits they run into (or "no split") and, first, ``job`` (what
     chose the seeds, e.g. "--seed 5 with 1000 steps"), so that e.g. tower pretraining with ``--seed 5`` cannot
-    draw the validation episodes' scenes.
+    draw the validation episodes' scenes. ``splits``: another task's splits (e.g. MetaWorld's,
+    :mod:`prismatic_tr.envs.metaworld.splits`), which may leave gaps between them.
     """
-    home = seed_split(split)
+    home = seed_split(split, splits)
     lead = f"{job} is not allowed: " if job else ""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"{lead}{count!r} {split} seeds are not allowed; use a count >= 1")
     seeds = range(first, first + count)
     if home.first <= seeds.start and seeds.stop <= home.stop:
         return seeds
-    entered = [s.describe() for s in SPLITS.values() if s is not home and s.first < seeds.stop and seeds.start < s.stop]
-    past_all = seeds.start < 0 or seeds.stop > max(s.stop for s in SPLITS.values())
-    into = ", ".join(entered + (["no split"] if past_all else []))
+    entered = [s for s in splits.values() if s is not home and s.first < seeds.stop and seeds.start < s.stop]
+    covered = sum(min(s.stop, seeds.stop) - max(s.first, seeds.start) for s in [home, *entered]
+                  if s.first < seeds.stop and seeds.start < s.stop)
+    into = ", ".join([s.describe() for s in entered] + (["no split"] if covered < len(seeds) else []))
     raise ValueError(f"{lead}{split} seeds {seeds.start:,}-{seeds.stop - 1:,} leave the {home.describe()} split "
                      f"and overlap {into}; choose a first seed and count inside {home.describe()}")
 
 
-def split_seeds(split: str, count: int, first: int | None = None, job: str | None = None) -> range:
+def split_seeds(split: str, count: int, first: int | None = None, job: str | None = None,
+                splits: Mapping[str, SeedSplit] = SPLITS) -> range:
     """``count`` seeds of ``split`` from ``first`` (default: the split's first seed), checked (:func:`check_seeds`)."""
-    return check_seeds(split, seed_split(split).first if first is None else first, count, job)
+    return check_seeds(split, seed_split(split, splits).first if first is None else first, count, job, splits)
 
 
-def split_ranges() -> dict[str, tuple[int, int]]:
+def split_ranges(splits: Mapping[str, SeedSplit] = SPLITS) -> dict[str, tuple[int, int]]:
     """``{name: (first, last)}`` of every split (inclusive), for records."""
-    return {s.name: (s.first, s.stop - 1) for s in SPLITS.values()}
+    return {s.name: (s.first, s.stop - 1) for s in splits.values()}

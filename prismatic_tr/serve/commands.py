@@ -5,12 +5,13 @@ No ``from __future__ import annotations`` here: draccus 0.8 (OpenVLA's pins) nee
 """
 
 import datetime
-import json
 import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prismatic_tr.cli import print_json
 
 from .config import ServeLimits
 
@@ -133,10 +134,6 @@ def load_test(cfg: LoadTestCommand, argv: list[str]) -> int:
     report = run_load_test(cfg.to_config(argv))
     report["command"] = " ".join(["python", "vla_scripts/load_test.py", *argv])
     report["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    text = json.dumps(report, indent=2)
-    print(text)
-    if cfg.output:
-        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.output).write_text(text + "\n")
+    print_json(report, cfg.output)
     failed = report["lost"] or report["mismatched"] or report["errors"] or report["bad_not_4xx"]
     return 1 if failed else 0

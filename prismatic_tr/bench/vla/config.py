@@ -98,6 +98,7 @@ class BenchmarkConfig:
     progress: bool = True                      # one progress bar over the whole job, with the time left
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
+    freeze: bool = False                       # with --compile: inductor's freezing (weights folded and pre-packed once; inference only)
     oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny) with the same settings into <output_dir>/oft (null: in the main job, i.e. neither --full, --preset nor --vla_path)
     # fmt: on
 
@@ -143,6 +144,8 @@ class BenchmarkConfig:
         if self.compile and self.warmup < 1:
             raise ValueError(f"--compile true needs --warmup >= 1 (got {self.warmup}): the warm-up rounds compile "
                              "every setting, so that no timed round includes compilation")
+        if self.freeze and not self.compile:
+            raise ValueError("--freeze true is inductor's freezing of the compiled blocks; add --compile true")
         for name in ("policy_episodes", "validation_episodes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

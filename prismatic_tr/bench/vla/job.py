@@ -255,8 +255,8 @@ def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str
     if cfg.compile:
         from prismatic_tr.bench.vla.compiled import compile_blocks
 
-        compile_blocks(vla)  # for the rest of this process; the warm-up rounds compile each setting
-        source += " (blocks compiled)"
+        compile_blocks(vla, freeze=cfg.freeze)  # for the rest of this process; the warm-up rounds compile each setting
+        source += " (blocks compiled, frozen)" if cfg.freeze else " (blocks compiled)"
     image_size = int(getattr(getattr(vla, "config", None), "image_sizes", [224])[0])
     num_images, proprio_dim = model_input_sizes(vla)
     inputs = sample_inputs(processor, cfg.instruction, cfg.batch_size, image_size, cfg.seed, num_images, proprio_dim)

@@ -4,8 +4,9 @@ Sources, all under ``benchmarks/results/``: ``policy/results.json`` (the main jo
 test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 test episodes per setting),
 ``finetune_reduced/<adapter run>/eval_test.json`` (100 test episodes per shipped adapter) and
 ``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine),
-``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes) and
-``policy/oft/results.json`` (the main job's OpenVLA-OFT rows).
+``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes),
+``oft_frozen/{float32,bfloat16}/results.json`` (the same rows with every block compiled and frozen, ``--compile true
+--freeze true``) and ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows).
 Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
 between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
 ``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
@@ -34,6 +35,7 @@ SPEED_BY_DTYPE = {"float32": FINETUNE / "speed_float32" / "results.json",
                   "bfloat16": FINETUNE / "speed_bfloat16" / "results.json"}
 OFT_BY_DTYPE = {"float32": RESULTS / "oft" / "float32" / "results.json",
                "bfloat16": RESULTS / "oft" / "bfloat16" / "results.json"}
+OFT_FROZEN_BY_DTYPE = {d: RESULTS / "oft_frozen" / d / "results.json" for d in ("float32", "bfloat16")}
 MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
 # the bundled OFT policy's closed-loop runs: eval_test* (200 test episodes) and eval_test_5obj* (100 five-object
 # scenes); a later run adds settings in its own folder (eval_test_<what>), the first file's unreduced row is kept
@@ -53,6 +55,7 @@ class Sources:
     adapter_test100: dict[str, dict[str, Any]]  # adapter name -> its setting's record of its run's eval_test.json
     by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
     oft: dict[str, dict[str, Any]]  # dtype -> oft/<dtype>/results.json ({"meta", "records"})
+    oft_frozen: dict[str, dict[str, Any]]  # dtype -> oft_frozen/<dtype>/results.json (compiled and frozen blocks)
     main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
     oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
@@ -65,6 +68,7 @@ class Sources:
                    adapter_test100={n: _adapter_test(root, n) for n in names},
                    by_dtype={d: _by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()},
                    oft={d: _json(root / p) for d, p in OFT_BY_DTYPE.items()},
+                   oft_frozen={d: _json(root / p) for d, p in OFT_FROZEN_BY_DTYPE.items()},
                    main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None,
                    oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
                    oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)})
@@ -361,6 +365,12 @@ def oft_table(src: Sources) -> str:
     return oft_rows(src.oft)
 
 
+def oft_frozen_table(src: Sources) -> str:
+    """README.md, OpenVLA-OFT with every block compiled and frozen: cpu-bench-oft in float32 and bfloat16
+    (benchmarks/results/oft_frozen)."""
+    return oft_rows(src.oft_frozen)
+
+
 def main_oft_table(src: Sources) -> str:
     """benchmarks/results/policy/README.md: the main job's OpenVLA-OFT rows (policy/oft/results.json)."""
     if src.main_oft is None:
@@ -375,6 +385,7 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "main_oft", main_oft_rows),
     ("benchmarks/results/policy/README.md", "policy", policy_table),
     ("README.md", "oft", oft_table),
+    ("README.md", "oft_frozen", oft_frozen_table),
     ("benchmarks/results/policy/README.md", "oft", main_oft_table),
 )
 

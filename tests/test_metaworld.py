@@ -1,0 +1,244 @@
+"""The MetaWorld adapter (prismatic_tr.envs.metaworld): the task table, the 7-D <-> 4-D action mapping, the seed
+splits and the held-out-goal check run everywhere; the environment, the scripted expert and the RLDS round trip
+run where metaworld and OSMesa (libosmesa6) are installed and are skipped with the reason elsewhere."""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prismatic_tr.envs.metaworld import (
+    METAWORLD_SPLITS,
+    MT10,
+    TASKS,
+    check_held_out_goals,
+    from_metaworld,
+    metaworld_task,
+    nearest_goal_distance,
+    to_metaworld,
+)
+from prismatic_tr.envs.metaworld.demos import MetaWorldDemoConfig
+from prismatic_tr.envs.splits import check_seeds, split_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+MISSING = ("metaworld is not installed (pip install -e '.[metaworld]' or METAWORLD=1 bash scripts/setup_env.sh)"
+           if importlib.util.find_spec("metaworld") is None else
+           "OSMesa is not installed (apt-get install libosmesa6), so MetaWorld cannot render offscreen on a CPU"
+           if ctypes.util.find_library("OSMesa") is None else None)
+needs_metaworld = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+SIZE = 64  # frames in these tests (the adapter's default is 224)
+
+
+# ---------------------------------------------------------------- tasks and instructions (no metaworld)
+
+
+def test_the_task_set_is_mt10_with_one_instruction_each():
+    assert MT10 == ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3", "drawer-close-v3",
+                    "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3")
+    from prismatic_tr.models.tokenizer import build_prompt
+
+    instructions = [TASKS[t].instruction for t in MT10]
+    assert len(set(instructions)) == 10
+    for text in instructions:
+        assert text == text.strip().lower() and not text.endswith(("?", ".")) and len(text.split()) >= 2
+        assert build_prompt(text) == f"In: What action should the robot take to {text}?\nOut:"
+    assert TASKS["pick-place-v3"].instruction == "pick the puck and place it at the goal"
+    assert all(0 < TASKS[t].max_steps <= 500 for t in MT10)
+
+
+def test_an_unknown_task_is_refused_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="pick-place-v2.*reach-v3"):
+        metaworld_task("pick-place-v2")
+
+
+def test_importing_the_adapter_imports_neither_metaworld_nor_mujoco():
+    code = ("import sys, prismatic_tr.envs, prismatic_tr.envs.metaworld, prismatic_tr.envs.metaworld.demos; "
+            "print(sorted(m for m in ('metaworld', 'mujoco') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- actions (no metaworld)
+
+# (7-D OpenVLA action, 4-D MetaWorld action): dx dy dz in metres (0.01 m = one unit), gripper 1 open = -1 effort
+ACTION_PAIRS = [
+    ([0.0, 0.0, 0.0, 0, 0, 0, 1.0], [0.0, 0.0, 0.0, -1.0]),       # still, open
+    ([0.01, -0.01, 0.005, 0, 0, 0, 0.0], [1.0, -1.0, 0.5, 1.0]),  # full speed, closed
+    ([-0.002, 0.003, -0.01, 0, 0, 0, 0.5], [-0.2, 0.3, -1.0, 0.0]),  # the experts' half-shut effort 0
+    ([0.0, 0.0, 0.0, 0, 0, 0, 0.2], [0.0, 0.0, 0.0, 0.6]),
+]
+
+
+@pytest.mark.parametrize("openvla, metaworld", ACTION_PAIRS)
+def test_actions_map_both_ways(openvla, metaworld):
+    np.testing.assert_allclose(to_metaworld(np.array(openvla)), metaworld, atol=1e-6)
+    np.testing.assert_allclose(from_metaworld(np.array(metaworld)), openvla, atol=1e-7)
+    assert to_metaworld(np.array(openvla)).dtype == np.float32 and from_metaworld(np.array(metaworld)).dtype == np.float32
+
+
+def test_actions_round_trip_inside_the_bounds_and_batched():
+    rng = np.random.default_rng(0)
+    mw = rng.uniform(-1, 1, size=(5, 3, 4))
+    np.testing.assert_allclose(to_metaworld(from_metaworld(mw)), mw, atol=1e-6)
+    vla = from_metaworld(mw)
+    assert vla.shape == (5, 3, 7) and np.all(vla[..., 3:6] == 0)
+    np.testing.assert_allclose(from_metaworld(to_metaworld(vla)), vla, atol=1e-7)
+
+
+def test_actions_outside_the_bounds_are_clipped_and_rotation_is_dropped():
+    np.testing.assert_array_equal(to_metaworld(np.array([0.5, -0.5, 0.02, 1, 1, 1, 2.0])), [1, -1, 1, -1])
+    np.testing.assert_array_equal(to_metaworld(np.array([0, 0, 0, 1, -1, 1, -1.0])), [0, 0, 0, 1])
+    np.testing.assert_allclose(from_metaworld(np.array([3.0, -3.0, 0, 5])), [0.01, -0.01, 0, 0, 0, 0, 0], atol=1e-9)
+    with pytest.raises(ValueError, match="7 values"):
+        to_metaworld(np.zeros(4))
+    with pytest.raises(ValueError, match="4 values"):
+        from_metaworld(np.zeros(7))
+
+
+# ---------------------------------------------------------------- seed splits and held-out goals (no metaworld)
+
+
+def test_splits_are_the_tabletop_ranges_of_the_same_names_and_refuse_gaps():
+    assert list(METAWORLD_SPLITS) == ["demonstrations", "validation", "test"]
+    assert split_seeds("test", 50, splits=METAWORLD_SPLITS) == range(3_000_000, 3_000_050)
+    with pytest.raises(ValueError, match="overlap test"):
+        check_seeds("validation", 2_999_990, 20, splits=METAWORLD_SPLITS)
+    with pytest.raises(ValueError, match="no split"):   # 500,000-999,999 is a gap here (tabletop's pretraining)
+        check_seeds("demonstrations", 499_990, 20, splits=METAWORLD_SPLITS)
+    with pytest.raises(ValueError, match="'offline' is not allowed"):
+        split_seeds("offline", 5, splits=METAWORLD_SPLITS)
+
+
+def test_held_out_goal_check_refuses_a_test_goal_near_a_demonstration_goal():
+    demos = np.array([[0.0, 0.6, 0.02, 0.1, 0.8, 0.1], [0.05, 0.7, 0.02, -0.1, 0.85, 0.2]])
+    test = np.array([[0.1, 0.65, 0.02, 0.0, 0.9, 0.15]])
+    np.testing.assert_allclose(nearest_goal_distance(test, demos), [0.1])
+    assert check_held_out_goals("reach-v3", test, demos) == pytest.approx(0.1)
+    repeat = np.vstack([test, demos[1] + 5e-4])
+    with pytest.raises(ValueError, match=r"reach-v3: test goal vectors \[1\] lie within 0.001 m"):
+        check_held_out_goals("reach-v3", repeat, demos)
+    with pytest.raises(ValueError, match="different lengths"):
+        nearest_goal_distance(test[:, :3], demos)
+
+
+# ---------------------------------------------------------------- demonstration config (no metaworld)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"tasks": ["pick-place-v3", "fly-v3"]}, "fly-v3"),
+    ({"tasks": ["reach-v3", "reach-v3"]}, "each task once"),
+    ({"episodes_per_task": 0}, "episodes_per_task"),
+    ({"seed": 499_990, "episodes_per_task": 5, "max_failures": 10}, "no split"),
+    ({"image_size": 8}, "image size 8"),
+    ({"dataset_name": "Bad-Name"}, "Bad-Name"),
+])
+def test_demo_config_refuses_bad_values(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        MetaWorldDemoConfig(**kwargs)
+
+
+def test_script_exits_2_naming_the_allowed_tasks():
+    script, env = ROOT / "vla_scripts" / "make_metaworld_demos.py", {**os.environ, "PYTHONPATH": str(ROOT)}
+    bad = subprocess.run([sys.executable, str(script), "--tasks", "pick-place-v3,fly-v3"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "fly-v3" in bad.stderr and "window-close-v3" in bad.stderr
+
+
+# ---------------------------------------------------------------- the environment (metaworld + OSMesa)
+# mujoco with OSMesa and tensorflow crash one process (each loads an LLVM), and other tests import tensorflow: every
+# check that makes an environment runs in a fresh process (run_fresh), never in the test process.
+
+
+def run_fresh(check: str, *args: object) -> None:
+    """Run this module's function ``check(*args)`` in a fresh Python process; fail with its stderr if it fails."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import {Path(__file__).stem} as t; "
+            f"t.{check}(*{args!r})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def check_smoke_episode() -> None:
+    from prismatic_tr.envs.metaworld import MetaWorldEnv, rollout, scripted_expert
+
+    with MetaWorldEnv("reach-v3", image_size=SIZE) as env:
+        obs = env.reset(seed=0)
+        for frame in (obs.image, obs.wrist_image):
+            assert frame.shape == (SIZE, SIZE, 3) and frame.dtype == np.uint8
+            assert frame.std() > 10 and len(np.unique(frame.reshape(-1, 3), axis=0)) > 50  # not blank
+        assert not np.array_equal(obs.image, obs.wrist_image)
+        assert obs.state.shape == (4,) and obs.state.dtype == np.float32 and obs.state[3] > 0.9  # gripper open
+        assert obs.instruction == "reach the goal position"
+        step = env.step(np.array([0.01, 0, 0, 0, 0, 0, 1.0]))  # +x for one step: the hand moves +x
+        assert step.observation.state[0] > obs.state[0] and not step.done
+        np.testing.assert_allclose(step.info["action"], [1, 0, 0, -1])
+        result = rollout(env, scripted_expert("reach-v3"), seed=0, record=True)
+    assert result.success and result.steps <= TASKS["reach-v3"].max_steps, (result.outcome, result.steps)
+    assert len(result.images) == len(result.third_person_images) == len(result.actions) == result.steps
+
+
+def check_seeds_set_scenes_and_test_goals_are_held_out() -> None:
+    from prismatic_tr.envs.metaworld import MetaWorldEnv, goal_vectors
+
+    with MetaWorldEnv("pick-place-v3", render=False) as env:
+        first = env.reset(seed=7).raw
+        env.step(np.array([0.01, 0.01, -0.01, 0, 0, 0, 0.0]))
+        other = env.reset(seed=8).raw
+        again = env.reset(seed=7).raw
+    np.testing.assert_array_equal(first, again)        # the seed alone sets the scene
+    assert np.abs(first[-3:]).sum() > 0 and not np.allclose(first[-3:], other[-3:])  # goal observable, per seed
+    for task in ("pick-place-v3", "door-open-v3"):
+        demos = goal_vectors(task, split_seeds("demonstrations", 30, splits=METAWORLD_SPLITS))
+        test = goal_vectors(task, split_seeds("test", 5, splits=METAWORLD_SPLITS))
+        assert len(np.unique(demos, axis=0)) == 30
+        assert check_held_out_goals(task, test, demos) > 1e-3
+
+
+@needs_metaworld
+def test_smoke_the_expert_solves_reach_within_the_cap_and_frames_are_real():
+    run_fresh("check_smoke_episode")
+
+
+@needs_metaworld
+def test_a_seed_sets_the_scene_and_test_goals_are_held_out():
+    run_fresh("check_seeds_set_scenes_and_test_goals_are_held_out")
+
+
+@needs_metaworld
+def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
+    """make_metaworld_demos.py (its experts in a child process) writes 2 episodes; the OFT reader reads them here."""
+    pytest.importorskip("tensorflow_datasets")
+    import torch  # noqa: F401  (torch before tensorflow)
+
+    from prismatic_tr.data import RLDSSource
+    from prismatic_tr.data.oft import OFTChunkSource
+
+    script = ROOT / "vla_scripts" / "make_metaworld_demos.py"
+    flags = ["--tasks", "reach-v3,pick-place-v3", "--episodes_per_task", "1", "--output_dir", str(tmp_path),
+             "--dataset_name", "mw_test", "--image_size", str(SIZE), "--progress", "false"]
+    out = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "reach-v3: expert success 1/1" in out.stdout and "pick-place-v3: expert success 1/1" in out.stdout
+    summary = json.loads((tmp_path / "mw_test" / "demos.json").read_text())
+    assert {t: summary["tasks"][t]["written"] for t in summary["tasks"]} == {"reach-v3": 1, "pick-place-v3": 1}
+    src = OFTChunkSource(tmp_path, "mw_test", chunk=4, num_images=2)
+    assert src.num_episodes == 2 and src.image_keys == ["observation/image", "observation/wrist_image"]
+    steps = list(src.decode(src.step_dataset()).as_numpy_iterator())
+    lengths = [summary["tasks"][t]["length_max"] for t in ("reach-v3", "pick-place-v3")]
+    assert len(steps) == sum(lengths) == RLDSSource(tmp_path, "mw_test").num_transitions()
+    first, last = steps[0], steps[-1]
+    assert first["instruction"].decode() == TASKS["reach-v3"].instruction
+    assert last["instruction"].decode() == TASKS["pick-place-v3"].instruction
+    for step in (first, last):
+        assert [im.shape for im in step["images"]] == [(SIZE, SIZE, 3)] * 2 and step["images"][0].dtype == np.uint8
+        assert step["images"][0].std() > 10 and step["state"].shape == (4,) and step["actions"].shape == (4, 7)
+    assert np.all(np.abs(last["actions"][:, :3]) <= 0.01 + 1e-6)
