@@ -242,3 +242,51 @@ def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
         assert [im.shape for im in step["images"]] == [(SIZE, SIZE, 3)] * 2 and step["images"][0].dtype == np.uint8
         assert step["images"][0].std() > 10 and step["state"].shape == (4,) and step["actions"].shape == (4, 7)
     assert np.all(np.abs(last["actions"][:, :3]) <= 0.01 + 1e-6)
+
+
+# ---------------------------------------------------------------- a policy in the closed loop (metaworld + OSMesa)
+
+
+def check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads() -> None:
+    """A tiny random OFT policy (2 cameras, proprio 4, chunks of 8) through ``run_metaworld``: two validation
+    episodes of reach capped at 10 steps, in one lockstep batch; frames drawn only at the two predictions of each
+    episode (steps 0 and 8), both cameras; an observation read after its episode moved on is refused."""
+    from prismatic_tr.envs.metaworld import env as env_module
+    from prismatic_tr.envs.metaworld.episode import MetaWorldEpisode
+    from prismatic_tr.models import build_oft_vla, build_processor
+    from prismatic_tr.policy.metaworld import metaworld_record, run_metaworld
+
+    vla = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_dim": 4}, seed=0)
+    drawn: list[str] = []
+    render = env_module.MetaWorldEnv.render
+    env_module.MetaWorldEnv.render = lambda self, camera: drawn.append(camera) or render(self, camera)
+    outcomes = run_metaworld(vla, build_processor(vla.config), ["reach-v3"], "validation", 2, "bridge_orig",
+                             image_size=SIZE, batch_size=2, max_steps=10)
+    episodes = outcomes["reach-v3"]
+    assert [o.seed for o in episodes] == [1_000_000, 1_000_001]
+    assert all(o.outcome in ("timeout", "success") and 1 <= o.steps <= 10 for o in episodes)
+    if all(o.outcome == "timeout" for o in episodes):
+        assert sorted(drawn) == sorted(["corner3", "gripperPOV"] * 4), drawn  # 2 episodes x 2 predictions
+    record = metaworld_record(outcomes, "validation")
+    assert record["tasks"]["reach-v3"]["episodes"] == 2 and 0 <= record["mean_success_rate"] <= 1
+    episode = MetaWorldEpisode("reach-v3", seed=1_000_000, image_size=SIZE)
+    first = episode.reset()
+    episode.step(np.zeros(7))
+    with pytest.raises(RuntimeError, match="moved on"):
+        first.third_person  # noqa: B018
+    episode.close()
+    episode.close()
+
+
+@needs_metaworld
+def test_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads():
+    run_fresh("check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads")
+
+
+def test_metaworld_evaluation_refuses_bad_tasks_and_splits_before_any_episode():
+    from prismatic_tr.policy.metaworld import run_metaworld
+
+    with pytest.raises(ValueError, match="fly-v3"):
+        run_metaworld(None, None, ["reach-v3", "fly-v3"], "test", 2, "k")
+    with pytest.raises(ValueError, match="'offline' is not allowed"):
+        run_metaworld(None, None, ["reach-v3"], "offline", 2, "k")

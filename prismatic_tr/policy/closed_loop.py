@@ -148,13 +148,17 @@ def run_episodes(
     batch_size: int = 16,
     on_episode: Callable[[EpisodeOutcome], None] | None = None,
     execute_steps: int | None = None,
+    make_env: Callable[[int], Any] | None = None,
 ) -> list[EpisodeOutcome]:
     """Run episode ``seed`` of the task for every seed (``config``: the task distribution, default the
     demonstrations' one) with ``vla`` in lockstep batches of ``batch_size``; outcomes in the order of ``seeds``.
 
     ``on_episode`` is called as each episode ends (progress bars). ``execute_steps``: actions of each predicted
     chunk executed open loop before the next prediction (an OFT model; default and at most: its whole chunk; an
-    OpenVLA model predicts one action at a time).
+    OpenVLA model predicts one action at a time). ``make_env(seed)``: another task's episode with the tabletop
+    episode's interface (``reset()``, ``step(action) -> obs, reward, done, info``, ``seed``, ``instruction``; e.g.
+    :class:`prismatic_tr.envs.metaworld.episode.MetaWorldEpisode`), closed after its batch when it has ``close()``;
+    ``config`` is then unused.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} is not allowed; use an integer >= 1")
@@ -168,28 +172,40 @@ def run_episodes(
     run_for = execute_steps or chunk
     outcomes: list[EpisodeOutcome] = []
     for start in range(0, len(seeds), batch_size):
-        envs = [make_episode(int(s), config, third_person=is_oft(vla)) for s in seeds[start : start + batch_size]]
-        observations = [env.reset() for env in envs]
-        running = list(range(len(envs)))
-        done: dict[int, EpisodeOutcome] = {}
-        while running:
-            chunks = policy_chunks(vla, processor, [envs[i] for i in running], [observations[i] for i in running],
-                                   unnorm_key)
-            for k in range(run_for):
-                still = []
-                for i, actions in zip(running, chunks, strict=True):
-                    if i in done:
-                        continue
-                    obs, _, finished, info = envs[i].step(actions[k])
-                    observations[i] = obs
-                    if finished:
-                        done[i] = EpisodeOutcome(envs[i].seed, envs[i].instruction, info.outcome, info.steps)
-                        if on_episode is not None:
-                            on_episode(done[i])
-                    else:
-                        still.append(i)
-                if not still:
-                    break
-            running = [i for i in running if i not in done]
-        outcomes.extend(done[i] for i in range(len(envs)))
+        batch = [int(s) for s in seeds[start : start + batch_size]]
+        envs = ([make_env(s) for s in batch] if make_env is not None
+                else [make_episode(s, config, third_person=is_oft(vla)) for s in batch])
+        try:
+            outcomes.extend(_run_batch(vla, processor, envs, unnorm_key, run_for, on_episode))
+        finally:
+            for env in envs:
+                getattr(env, "close", lambda: None)()
     return outcomes
+
+
+def _run_batch(vla: nn.Module, processor: object, envs: list[Any], unnorm_key: str, run_for: int,
+               on_episode: Callable[[EpisodeOutcome], None] | None) -> list[EpisodeOutcome]:
+    """One lockstep batch of :func:`run_episodes`: every episode of ``envs`` to its end; outcomes in their order."""
+    observations = [env.reset() for env in envs]
+    running = list(range(len(envs)))
+    done: dict[int, EpisodeOutcome] = {}
+    while running:
+        chunks = policy_chunks(vla, processor, [envs[i] for i in running], [observations[i] for i in running],
+                               unnorm_key)
+        for k in range(run_for):
+            still = []
+            for i, actions in zip(running, chunks, strict=True):
+                if i in done:
+                    continue
+                obs, _, finished, info = envs[i].step(actions[k])
+                observations[i] = obs
+                if finished:
+                    done[i] = EpisodeOutcome(envs[i].seed, envs[i].instruction, info.outcome, info.steps)
+                    if on_episode is not None:
+                        on_episode(done[i])
+                else:
+                    still.append(i)
+            if not still:
+                break
+        running = [i for i in running if i not in done]
+    return [done[i] for i in range(len(envs))]

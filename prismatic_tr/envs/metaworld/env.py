@@ -135,7 +135,7 @@ def make_renderer(env: Any, image_size: int, shadows: bool = RENDER_SHADOWS) -> 
 @dataclass(frozen=True)
 class MetaWorldObservation:
     """What a policy sees: ``image`` (third-person ``corner3``) and ``wrist_image`` (``gripperPOV``), each (S, S, 3)
-    uint8 (None when rendering is off), ``state`` (4,) float32 (effector xyz in metres, gripper opening 1 open /
+    uint8 (None when rendering is off or on demand), ``state`` (4,) float32 (effector xyz in metres, gripper opening 1 open /
     0 closed), the ``instruction``; ``raw`` is MetaWorld's (39,) float64 observation (what the scripted experts read)."""
 
     image: np.ndarray | None
@@ -166,10 +166,12 @@ class MetaWorldEnv:
         render: False for state-only episodes (no frames; an expert needs none).
         max_steps: the episode cap (default: the task's).
         shadows: render shadows (6x slower on a CPU; reflections are always off: tasks.py).
+        on_demand: with ``render``, observations carry no frames; :meth:`render` draws the current state when asked
+            (a policy that runs a chunk open loop reads one observation in ``chunk``: the rest are never drawn).
     """
 
     def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, render: bool = True,
-                 max_steps: int | None = None, shadows: bool = RENDER_SHADOWS) -> None:
+                 max_steps: int | None = None, shadows: bool = RENDER_SHADOWS, on_demand: bool = False) -> None:
         self.task: MetaWorldTask = metaworld_task(task)
         self.image_size = check_image_size(image_size)
         self.max_steps = self.task.max_steps if max_steps is None else max_steps
@@ -178,6 +180,7 @@ class MetaWorldEnv:
             raise ValueError(f"max_steps={max_steps!r} is not allowed; use None or an integer from 1 to {cap}")
         self.env = make_seeded(task)
         self._renderer = make_renderer(self.env, image_size, shadows) if render else None
+        self.on_demand = bool(on_demand and render)
         self.seed: int | None = None
         self.steps, self.outcome = 0, RUNNING
         self._raw: np.ndarray | None = None
@@ -207,7 +210,8 @@ class MetaWorldEnv:
         if raw is None:
             raise RuntimeError("call reset(seed) first")
         state = np.asarray(raw[:4], dtype=np.float32)
-        frames = (self.render(THIRD_PERSON_CAMERA), self.render(WRIST_CAMERA)) if self._renderer else (None, None)
+        drawn = self._renderer is not None and not self.on_demand
+        frames = (self.render(THIRD_PERSON_CAMERA), self.render(WRIST_CAMERA)) if drawn else (None, None)
         return MetaWorldObservation(frames[0], frames[1], state, self.instruction, raw.copy())
 
     def reset(self, seed: int) -> MetaWorldObservation:

@@ -1,0 +1,105 @@
+"""One MetaWorld episode behind the tabletop task's episode interface, for the closed loop of ``prismatic_tr.policy``.
+
+    from prismatic_tr.envs.metaworld.episode import MetaWorldEpisode
+    env = MetaWorldEpisode("pick-place-v3", seed=3_000_000)
+    obs = env.reset()                         # obs.third_person (corner3), obs.image (gripperPOV), obs.proprio (4,)
+    obs, reward, done, info = env.step(a)     # a (7,); info.outcome "running" / "success" / "timeout", info.steps
+    env.close()
+
+What :func:`prismatic_tr.policy.closed_loop.run_episodes` reads of a tabletop episode (``make_episode(seed,
+third_person=True)``), with the same meanings: ``image`` the eye-in-hand camera, ``third_person`` the fixed one,
+``proprio`` the (4,) state, ``seed``, ``instruction``. Frames are drawn on demand: an observation renders its two
+cameras the first time one is read, and only while it is the episode's current observation (reading an older one
+is a ``RuntimeError``, never a frame of the wrong state). A policy that runs a chunk of 8 actions open loop reads
+one observation in 8, so the other 7 are never drawn (MetaWorld's rendering, not the physics, is most of a step's
+cost on a CPU: :mod:`.tasks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from prismatic_tr.envs.metaworld.env import MetaWorldEnv
+from prismatic_tr.envs.metaworld.tasks import (
+    DEFAULT_IMAGE_SIZE,
+    RENDER_SHADOWS,
+    THIRD_PERSON_CAMERA,
+    WRIST_CAMERA,
+)
+
+
+class LazyObservation:
+    """An observation of a :class:`MetaWorldEpisode` at one step; frames drawn when first read (module docstring)."""
+
+    def __init__(self, episode: MetaWorldEpisode, state: np.ndarray) -> None:
+        self._episode, self._step = episode, episode.env.steps
+        self.instruction = episode.instruction
+        self.proprio = state
+        self._frames: dict[str, np.ndarray] = {}
+
+    def _frame(self, camera: str) -> np.ndarray:
+        if camera not in self._frames:
+            if self._episode.env.steps != self._step or self._episode.closed:
+                raise RuntimeError(f"this observation is of step {self._step}; the episode has moved on (or closed), "
+                                   "so its frames can no longer be drawn: read frames before stepping")
+            self._frames[camera] = self._episode.env.render(camera)
+        return self._frames[camera]
+
+    @property
+    def image(self) -> np.ndarray:
+        """(S, S, 3) uint8: the eye-in-hand camera (``gripperPOV``), as the tabletop observation's ``image``."""
+        return self._frame(WRIST_CAMERA)
+
+    @property
+    def third_person(self) -> np.ndarray:
+        """(S, S, 3) uint8: the fixed camera (``corner3``), OFT's primary view."""
+        return self._frame(THIRD_PERSON_CAMERA)
+
+
+@dataclass(frozen=True)
+class EpisodeStepInfo:
+    """A step's details: ``outcome`` ("running" / "success" / "timeout"), ``steps`` so far, ``success``, and the
+    4-D ``action`` MetaWorld applied."""
+
+    success: bool
+    outcome: str
+    steps: int
+    action: np.ndarray
+
+
+class EpisodeStep(NamedTuple):
+    """``step`` result; unpacks as ``obs, reward, done, info`` like the tabletop task's."""
+
+    observation: LazyObservation
+    reward: float
+    done: bool
+    info: EpisodeStepInfo
+
+
+class MetaWorldEpisode:
+    """Episode ``seed`` of ``task`` (a :class:`MetaWorldEnv` that renders on demand); see the module docstring."""
+
+    def __init__(self, task: str, seed: int, image_size: int = DEFAULT_IMAGE_SIZE, max_steps: int | None = None,
+                 shadows: bool = RENDER_SHADOWS) -> None:
+        self.env = MetaWorldEnv(task, image_size, render=True, max_steps=max_steps, shadows=shadows, on_demand=True)
+        self.seed, self.task = int(seed), self.env.task.name
+        self.instruction = self.env.instruction
+        self.closed = False
+
+    def reset(self) -> LazyObservation:
+        return LazyObservation(self, self.env.reset(self.seed).state)
+
+    def step(self, action: np.ndarray) -> EpisodeStep:
+        """Apply the 7-D ``action``; RuntimeError once the episode is over."""
+        step = self.env.step(action)
+        info = EpisodeStepInfo(step.info["success"], step.info["outcome"], step.info["steps"], step.info["action"])
+        return EpisodeStep(LazyObservation(self, step.observation.state), step.reward, step.done, info)
+
+    def close(self) -> None:
+        """Free the renderer and the simulation; safe to call twice."""
+        if not self.closed:
+            self.closed = True
+            self.env.close()
