@@ -278,6 +278,41 @@ def check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads() -> No
     episode.close()
 
 
+def check_a_pooled_environment_gives_the_episode_a_new_one_gives() -> None:
+    """Episode 1,000,001 of push run on an environment that first ran episode 1,000,000 (an EpisodePool) equals
+    the same episode on a new environment: every state and both frames at the end, under the same actions."""
+    from prismatic_tr.envs.metaworld.episode import EpisodePool, MetaWorldEpisode
+
+    actions = np.random.default_rng(0).uniform(-0.01, 0.01, size=(12, 7))
+    actions[:, 6] = np.linspace(0, 1, 12)
+
+    def run(episode: MetaWorldEpisode) -> tuple[list[np.ndarray], np.ndarray]:
+        states = [episode.reset().proprio]
+        for a in actions:
+            obs = episode.step(a).observation
+            states.append(obs.proprio)
+        frames = np.concatenate([obs.third_person, obs.image])
+        episode.close()
+        return states, frames
+
+    with EpisodePool("push-v3", SIZE) as pool:
+        run(pool.episode(1_000_000))
+        reused = run(pool.episode(1_000_001))
+        assert pool.built == 1
+        other = pool.episode(1)
+        with pytest.raises(ValueError, match="needs 'reach-v3'"):
+            MetaWorldEpisode("reach-v3", 0, env=other.env)
+        other.close()
+    fresh = run(MetaWorldEpisode("push-v3", 1_000_001, SIZE))
+    np.testing.assert_array_equal(np.stack(reused[0]), np.stack(fresh[0]))
+    np.testing.assert_array_equal(reused[1], fresh[1])
+
+
+@needs_metaworld
+def test_a_pooled_environment_gives_the_episode_a_new_one_gives():
+    run_fresh("check_a_pooled_environment_gives_the_episode_a_new_one_gives")
+
+
 @needs_metaworld
 def test_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads():
     run_fresh("check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads")

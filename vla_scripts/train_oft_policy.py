@@ -20,14 +20,13 @@ Bad flags, and seeds that leave their split, exit with status 2 before any work.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
 from prismatic_tr.cli import parse_config_or_exit, run_command
 from prismatic_tr.policy.oft_recipe import OFTPolicyTrainConfig, run_recipe
-from prismatic_tr.policy.train import summary_lines
+from prismatic_tr.policy.train import run_and_report, summary_lines
 
 PROG = "train_oft_policy.py"
 
@@ -38,12 +37,7 @@ def parse_config(args: Sequence[str] | None = None) -> OFTPolicyTrainConfig:
 
 
 def main(cfg: OFTPolicyTrainConfig) -> dict:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    record = run_recipe(cfg)
-    print(summary_lines(record))
-    print(f"policy: {record['checkpoint']}")
-    return record
+    return run_and_report(run_recipe, summary_lines, cfg)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -45,6 +45,40 @@ def _int(name: str, value: Any, low: int) -> None:
         raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
 
 
+def check_training_flags(cfg: Any) -> None:
+    """The checks an OFT recipe's config shares (this one's and the MetaWorld one's): ``attention``,
+    ``execute_steps`` within ``chunk``, ``learning_rate``, ``setting`` (parsed into ``cfg.parsed_setting``) and the
+    ``base_policy`` / ``init_oft`` checkpoint directories (made Paths); ValueError naming the first bad one."""
+    from prismatic_tr.models.oft_config import ATTENTIONS
+    from prismatic_tr.vla.spec import parse_setting
+
+    if cfg.attention not in ATTENTIONS:
+        raise ValueError(f"--attention {cfg.attention!r} is not allowed; choose one of {list(ATTENTIONS)}")
+    if cfg.execute_steps is not None and (isinstance(cfg.execute_steps, bool) or
+                                          not isinstance(cfg.execute_steps, int) or
+                                          not 1 <= cfg.execute_steps <= cfg.chunk):
+        raise ValueError(f"--execute_steps {cfg.execute_steps!r} is not allowed; use an integer in [1, --chunk "
+                         f"{cfg.chunk}] or null for the whole chunk")
+    if not cfg.learning_rate > 0:
+        raise ValueError(f"--learning_rate {cfg.learning_rate!r} is not allowed; use a number > 0")
+    cfg.parsed_setting = parse_setting(cfg.setting)
+    for flag in ("base_policy", "init_oft"):
+        path = getattr(cfg, flag)
+        if path is not None:
+            setattr(cfg, flag, Path(path))
+            if not (Path(path) / "config.json").is_file():
+                raise ValueError(f"--{flag} {str(path)!r} is not a checkpoint directory (no config.json)")
+
+
+def bf16_autocast(cfg: Any) -> bool:
+    """``cfg.bf16_autocast``, or where unset: a GPU, or a CPU that computes bfloat16 natively."""
+    if cfg.bf16_autocast is not None:
+        return bool(cfg.bf16_autocast)
+    from prismatic_tr.bench.measure.devices import cpu_has_native_bf16
+
+    return torch.cuda.is_available() or cpu_has_native_bf16()
+
+
 @dataclass
 class OFTPolicyTrainConfig:
     """Train the OFT-style tabletop policy (2 cameras, proprio, chunk of 8, L1 head) from the demonstration split."""
@@ -82,8 +116,6 @@ class OFTPolicyTrainConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.models.oft_config import ATTENTIONS
-
         self.output_dir = Path(self.output_dir)
         for name, low in (("num_episodes", 1), ("demo_seed", 0), ("batch_size", 1), ("max_steps", 1),
                           ("lr_warmup_steps", 0), ("seed", 0), ("save_steps", 1), ("select_episodes", 0),
@@ -92,29 +124,12 @@ class OFTPolicyTrainConfig:
         if self.num_images not in (1, 2):
             raise ValueError(f"--num_images {self.num_images!r} is not allowed; use 1 (third-person) or 2 (and the "
                              "eye-in-hand camera)")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"--attention {self.attention!r} is not allowed; choose one of {list(ATTENTIONS)}")
-        if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
-                                               not isinstance(self.execute_steps, int) or
-                                               not 1 <= self.execute_steps <= self.chunk):
-            raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer in [1, --chunk "
-                             f"{self.chunk}] or null for the whole chunk")
-        if not self.learning_rate > 0:
-            raise ValueError(f"--learning_rate {self.learning_rate!r} is not allowed; use a number > 0")
+        check_training_flags(self)
         if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
             raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
                              "are not allowed; need 1 <= min <= max <= 5")
         if not 0.0 <= self.motion_noise <= 1.0:
             raise ValueError(f"--motion_noise {self.motion_noise} is not allowed; use a number in [0, 1]")
-        from prismatic_tr.vla.spec import parse_setting
-
-        self.parsed_setting = parse_setting(self.setting)
-        for flag in ("base_policy", "init_oft"):
-            path = getattr(self, flag)
-            if path is not None:
-                setattr(self, flag, Path(path))
-                if not (Path(path) / "config.json").is_file():
-                    raise ValueError(f"--{flag} {str(path)!r} is not a checkpoint directory (no config.json)")
         if self.data_root is not None:
             self.data_root = Path(self.data_root)
             if not (self.data_root / DATASET).is_dir():
@@ -130,11 +145,7 @@ class OFTPolicyTrainConfig:
             self.install_dir = Path(self.install_dir)
 
     def autocast(self) -> bool:
-        if self.bf16_autocast is not None:
-            return bool(self.bf16_autocast)
-        from prismatic_tr.bench.measure.devices import cpu_has_native_bf16
-
-        return torch.cuda.is_available() or cpu_has_native_bf16()
+        return bf16_autocast(self)
 
     def settings(self) -> Any:
         """The policy's :class:`~prismatic_tr.models.oft_config.OFTSettings`."""
@@ -154,15 +165,16 @@ class OFTPolicyTrainConfig:
         return reductions_attached(vla, self.parsed_setting.reductions(self.seed))
 
 
-def batches(cfg: OFTPolicyTrainConfig, data_root: Path, processor: Any, stats: dict[str, Any]) -> Any:
-    """An endless iterator of collated training batches (shuffled with ``cfg.seed``)."""
+def batches(cfg: Any, data_root: Path, processor: Any, stats: dict[str, Any], dataset: str = DATASET) -> Any:
+    """An endless iterator of collated training batches of ``dataset`` (shuffled with ``cfg.seed``; ``cfg`` has
+    ``chunk``, ``num_images``, ``batch_size``, ``seed`` and ``settings()``)."""
     from torch.utils.data import DataLoader
 
     from prismatic_tr.data import RLDSIterableDataset
     from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator
 
-    source = OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images)
-    transform = OFTChunkTransform(processor, stats[DATASET], cfg.settings().normalization)
+    source = OFTChunkSource(data_root, dataset, "train", cfg.chunk, cfg.num_images)
+    transform = OFTChunkTransform(processor, stats[dataset], cfg.settings().normalization)
     dataset = RLDSIterableDataset(source, transform, train=True, shuffle_buffer_size=20_000, seed=cfg.seed)
     pad = processor.tokenizer.pad_token_id
     return iter(DataLoader(dataset, batch_size=cfg.batch_size, num_workers=0, collate_fn=OFTCollator(int(pad))))
@@ -186,6 +198,51 @@ def evaluate(checkpoint: Path, split: str, episodes: int, cfg: OFTPolicyTrainCon
     return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
 
 
+def start_policy(cfg: Any, data_root: Path, dataset: str) -> tuple[Any, Any, dict[str, Any], Path]:
+    """(vla, processor, statistics, base): ``cfg.init_oft`` with its own statistics (fine-tuning; ValueError when it
+    has none for ``dataset``), else an OFT model made from ``cfg.base_policy`` (default: the bundled tabletop policy)
+    with the statistics of ``dataset``'s demonstrations under ``data_root``."""
+    from prismatic_tr.data.oft import OFTChunkSource, oft_statistics
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.bundled import bundled_policy_dir
+    from prismatic_tr.policy.oft_policy import oft_from_openvla
+
+    if cfg.init_oft is not None:  # fine-tuning a trained OFT policy: its modules and statistics
+        vla, processor = load_vla(cfg.init_oft, dtype=torch.float32)
+        if dataset not in (vla.norm_stats or {}):
+            raise ValueError(f"--init_oft {str(cfg.init_oft)!r} has no {dataset} statistics (keys "
+                             f"{sorted(vla.norm_stats or {})}): it was not trained on these demonstrations")
+        return vla, processor, vla.norm_stats, cfg.init_oft
+    stats = oft_statistics(OFTChunkSource(data_root, dataset, "train", cfg.chunk, cfg.num_images), dataset)
+    base = cfg.base_policy or bundled_policy_dir()
+    openvla, processor = load_vla(base, dtype=torch.float32)
+    vla = oft_from_openvla(openvla, cfg.settings(), seed=cfg.seed)
+    vla.norm_stats = vla.config.norm_stats = stats
+    return vla, processor, stats, Path(base)
+
+
+def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data_root: Path, dataset: str) -> Any:
+    """AdamW on the L1 loss with ``cfg.parsed_setting`` attached (warm-up and cosine, a checkpoint of the VLA and
+    the processor every ``cfg.save_steps`` under ``<output_dir>/checkpoints``); the curve written to
+    ``<output_dir>/training_curve.csv``; the :class:`~prismatic_tr.policy.oft_policy.OFTTrainResult`."""
+    from prismatic_tr.policy.oft_policy import train_oft
+    from prismatic_tr.policy.train import write_curve
+    from prismatic_tr.training.config import lr_factor
+    from prismatic_tr.vla import reductions_attached
+
+    def save(path: Path) -> None:
+        vla.save_pretrained(path)
+        processor.save_pretrained(path)
+
+    torch.manual_seed(cfg.seed)
+    with reductions_attached(vla, cfg.parsed_setting.reductions(cfg.seed)):
+        result = train_oft(vla, batches(cfg, data_root, processor, stats, dataset), cfg.max_steps,
+                           lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
+                           cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, bf16_autocast(cfg))
+    write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
+    return result
+
+
 def choose(cfg: OFTPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
     """The checkpoint with the most successes on ``cfg.select_episodes`` validation episodes (ties: the later)."""
     steps = sorted(checkpoints)
@@ -203,39 +260,14 @@ def choose(cfg: OFTPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Pat
 def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
     """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
     from prismatic_tr.bench.measure.devices import cpu_info
-    from prismatic_tr.data.oft import OFTChunkSource, oft_statistics
-    from prismatic_tr.models import load_vla
-    from prismatic_tr.policy.bundled import bundled_policy_dir
-    from prismatic_tr.policy.oft_policy import oft_from_openvla, train_oft
-    from prismatic_tr.policy.train import ensure_demos, write_curve
-    from prismatic_tr.training.config import lr_factor
+    from prismatic_tr.policy.train import ensure_demos
 
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg, DATASET, third_person=True)
     t_demos = time.perf_counter()
-    if cfg.init_oft is not None:  # fine-tuning a trained OFT policy: its modules and statistics
-        base = cfg.init_oft
-        vla, processor = load_vla(base, dtype=torch.float32)
-        stats = vla.norm_stats
-    else:
-        stats = oft_statistics(OFTChunkSource(data_root, DATASET, "train", cfg.chunk, cfg.num_images), DATASET)
-        base = cfg.base_policy or bundled_policy_dir()
-        openvla, processor = load_vla(base, dtype=torch.float32)
-        vla = oft_from_openvla(openvla, cfg.settings(), seed=cfg.seed)
-        del openvla
-        vla.norm_stats = vla.config.norm_stats = stats
-
-    def save(path: Path) -> None:
-        vla.save_pretrained(path)
-        processor.save_pretrained(path)
-
-    torch.manual_seed(cfg.seed)
-    with cfg.attached(vla):
-        result = train_oft(vla, batches(cfg, data_root, processor, stats), cfg.max_steps,
-                           lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
-                           cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, cfg.autocast())
-    write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
+    vla, processor, stats, base = start_policy(cfg, data_root, DATASET)
+    result = train_policy(cfg, vla, processor, stats, data_root, DATASET)
     t_train = time.perf_counter()
     checkpoint, selection = choose(cfg, result.checkpoints)
     t_select = time.perf_counter()

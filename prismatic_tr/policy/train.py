@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,18 @@ def summary_lines(record: dict[str, Any]) -> str:
              f"{ev['success_rate']:.1%} (95 % CI {ev['success_ci_low']:.1%} - {ev['success_ci_high']:.1%}), "
              f"mean {ev['mean_steps']:.1f} steps, outcomes {ev['outcomes']}" for split, ev in record["evaluation"].items()]
     return "\n".join([*lines, "minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in record["minutes"].items())])
+
+
+def run_and_report(run: Callable[[Any], dict[str, Any]], summarize: Callable[[dict[str, Any]], str],
+                   cfg: Any) -> dict[str, Any]:
+    """A recipe command's body: log at INFO (absl at WARNING), ``run(cfg)``, print ``summarize(record)`` and the
+    chosen checkpoint; the record."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    record = run(cfg)
+    print(summarize(record))
+    print(f"policy: {record['checkpoint']}")
+    return record
 
 
 def write_curve(history: list[dict[str, float]], path: Path, keys: list[str] = CURVE_KEYS) -> None:

@@ -6,7 +6,8 @@ test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 t
 ``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine),
 ``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes),
 ``oft_frozen/{float32,bfloat16}/results.json`` (the same rows with every block compiled and frozen, ``--compile true
---freeze true``) and ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows).
+--freeze true``), ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows), ``metaworld/policy/evaluation.json``
+(the MetaWorld policy's recipe: test success per task) and ``metaworld/table*/results.json`` (its reduction table).
 Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
 between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
 ``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
@@ -42,6 +43,10 @@ MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
 OFT_POLICY_DIR = RESULTS / "oft_policy"
 OFT_POLICY = {"test": "eval_test", "test_5obj": "eval_test_5obj"}
 ADAPTERS = Path("prismatic_tr/assets/adapters")
+METAWORLD_POLICY = RESULTS / "metaworld" / "policy" / "evaluation.json"   # train_metaworld_policy.py's record
+# eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
+# interleaved for the speed; the unreduced row shown is the first run's)
+METAWORLD_TABLES = RESULTS / "metaworld"
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
 
@@ -59,6 +64,8 @@ class Sources:
     main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
     oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
+    metaworld_policy: dict[str, Any]  # metaworld/policy/evaluation.json
+    metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -71,7 +78,9 @@ class Sources:
                    oft_frozen={d: _json(root / p) for d, p in OFT_FROZEN_BY_DTYPE.items()},
                    main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None,
                    oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
-                   oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)})
+                   oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
+                   metaworld_policy=_json(root / METAWORLD_POLICY),
+                   metaworld_tables=[_json(p) for p in metaworld_table_files(root)])
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -112,6 +121,12 @@ def _oft_policy_runs(root: Path, kind: str) -> dict[str, dict[str, Any]]:
         for label, rec in _by_setting(path).items():
             out.setdefault(label, rec)
     return out
+
+
+def metaworld_table_files(root: Path) -> list[Path]:
+    """``metaworld/table/results.json`` then ``metaworld/table_*/results.json`` (sorted); none before the first."""
+    first = root / METAWORLD_TABLES / "table" / "results.json"
+    return [first, *sorted((root / METAWORLD_TABLES).glob("table_*/results.json"))] if first.is_file() else []
 
 
 def _oft_adapter_names(root: Path) -> list[str]:
@@ -379,6 +394,37 @@ def main_oft_table(src: Sources) -> str:
     return oft_rows({src.main_oft["meta"].get("dtype", "?"): src.main_oft})
 
 
+def metaworld_policy_table(src: Sources) -> str:
+    """README.md, MetaWorld: the chosen policy's test success per task with Wilson intervals, and the mean."""
+    test = src.metaworld_policy["evaluation"]["test"]
+    rows = [[f"`{task}`", f"{t['successes']}/{t['episodes']}", pct(t["success_rate"], t["success_ci_low"],
+                                                                     t["success_ci_high"]), f"{t['mean_steps']:.0f}"]
+            for task, t in test["tasks"].items()]
+    total = sum(t["successes"] for t in test["tasks"].values()), sum(t["episodes"] for t in test["tasks"].values())
+    rows.append([f"**mean over the {len(test['tasks'])} tasks**", f"{total[0]}/{total[1]}",
+                 f"**{100 * test['mean_success_rate']:.1f} %**", ""])
+    return "\n".join(_table(["Task", "Successes", "Success (Wilson 95 %)", "Mean steps"], rows))
+
+
+def metaworld_table(src: Sources) -> str:
+    """README.md, MetaWorld: the reduction table (one row per setting, success per task, mean, end to end)."""
+    if not src.metaworld_tables:
+        return ("Not measured yet: `vla_scripts/eval_metaworld.py` writes it into `benchmarks/results/metaworld/table/` "
+                "once a policy reaches the issue's 70 % mean success.")
+    records = [r for i, run in enumerate(src.metaworld_tables) for r in run["records"]
+               if i == 0 or r["setting"] != "none"]
+    tasks = list(records[0]["tasks"])
+    header = ["Setting", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
+    def tokens(r: dict[str, Any]) -> str:
+        kept = r.get("llm_visual_tokens", r["num_patches"])
+        return str(r["num_patches"]) + (f" -> {kept} in the LLM" if kept != r["num_patches"] else "")
+
+    rows = [[f"`{r['setting']}`", tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
+             f"**{100 * r['mean_success_rate']:.1f} %**",
+             f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"] for r in records]
+    return "\n".join(_table(header, rows))
+
+
 # (README path relative to the root, table name, renderer)
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "main", main_table),
@@ -387,6 +433,8 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "oft", oft_table),
     ("README.md", "oft_frozen", oft_frozen_table),
     ("benchmarks/results/policy/README.md", "oft", main_oft_table),
+    ("README.md", "metaworld_policy", metaworld_policy_table),
+    ("README.md", "metaworld", metaworld_table),
 )
 
 

@@ -17,6 +17,7 @@ cost on a CPU: :mod:`.tasks`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -80,11 +81,20 @@ class EpisodeStep(NamedTuple):
 
 
 class MetaWorldEpisode:
-    """Episode ``seed`` of ``task`` (a :class:`MetaWorldEnv` that renders on demand); see the module docstring."""
+    """Episode ``seed`` of ``task`` (a :class:`MetaWorldEnv` that renders on demand); see the module docstring.
+
+    ``env`` / ``release``: run on this environment (of ``task``, rendering on demand) and hand it to ``release`` on
+    :meth:`close` instead of closing it (:class:`EpisodePool`)."""
 
     def __init__(self, task: str, seed: int, image_size: int = DEFAULT_IMAGE_SIZE, max_steps: int | None = None,
-                 shadows: bool = RENDER_SHADOWS) -> None:
-        self.env = MetaWorldEnv(task, image_size, render=True, max_steps=max_steps, shadows=shadows, on_demand=True)
+                 shadows: bool = RENDER_SHADOWS, env: MetaWorldEnv | None = None,
+                 release: Callable[[MetaWorldEnv], None] | None = None) -> None:
+        if env is None:
+            env = MetaWorldEnv(task, image_size, render=True, max_steps=max_steps, shadows=shadows, on_demand=True)
+        elif env.task.name != task or not env.on_demand:
+            raise ValueError(f"env is a {env.task.name!r} environment (on_demand={env.on_demand}); the episode needs "
+                             f"{task!r} rendering on demand")
+        self.env, self._release = env, release
         self.seed, self.task = int(seed), self.env.task.name
         self.instruction = self.env.instruction
         self.closed = False
@@ -99,7 +109,48 @@ class MetaWorldEpisode:
         return EpisodeStep(LazyObservation(self, step.observation.state), step.reward, step.done, info)
 
     def close(self) -> None:
-        """Free the renderer and the simulation; safe to call twice."""
+        """Free the renderer and the simulation (or hand the environment back to its pool); safe to call twice."""
         if not self.closed:
             self.closed = True
-            self.env.close()
+            if self._release is not None:
+                self._release(self.env)
+            else:
+                self.env.close()
+
+
+class EpisodePool:
+    """Episodes of one task on reused environments: building a :class:`MetaWorldEnv` (the MuJoCo model and its
+    renderer's GL context) takes ~0.7 s on a CPU, a reset to another seed a few milliseconds, and a reset sets the
+    scene from the seed alone (:func:`~prismatic_tr.envs.metaworld.env.reset_seeded`), so an episode on a reused
+    environment is the episode on a new one.
+
+        with EpisodePool("push-v3", 224) as pool:
+            episode = pool.episode(3_000_000)      # a MetaWorldEpisode; close() hands its env back
+    """
+
+    def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, max_steps: int | None = None,
+                 shadows: bool = RENDER_SHADOWS) -> None:
+        self.task, self.image_size, self.max_steps, self.shadows = task, image_size, max_steps, shadows
+        self._free: list[MetaWorldEnv] = []
+        self.built = 0
+
+    def episode(self, seed: int) -> MetaWorldEpisode:
+        """Episode ``seed`` on a free environment (a new one when none is free)."""
+        if self._free:
+            env = self._free.pop()
+        else:
+            env = MetaWorldEnv(self.task, self.image_size, render=True, max_steps=self.max_steps,
+                               shadows=self.shadows, on_demand=True)
+            self.built += 1
+        return MetaWorldEpisode(self.task, seed, env=env, release=self._free.append)
+
+    def close(self) -> None:
+        """Close every free environment (episodes still open close theirs when they close)."""
+        while self._free:
+            self._free.pop().close()
+
+    def __enter__(self) -> EpisodePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

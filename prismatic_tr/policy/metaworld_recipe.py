@@ -1,0 +1,248 @@
+"""An OpenVLA-OFT-style MetaWorld MT10 policy, one command from the demonstrations
+(``vla_scripts/train_metaworld_policy.py``):
+
+MetaWorld's scripted-expert demonstrations (:mod:`prismatic_tr.envs.metaworld.demos`, RLDS in OFT's LIBERO layout,
+``episodes_per_task`` per task) -> an OFT model made from an OpenVLA-style checkpoint (the bundled tabletop policy
+by default: its towers, projector and Llama) with a new proprio projector and L1 head, 2 cameras (``corner3``,
+``gripperPOV``), the 4-D state, a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
+(MetaWorld's scenes look nothing like the tabletop's) -> the saved checkpoint with the most successes on validation
+episodes of every task -> closed-loop success per task on the test seeds (held-out goals), with Wilson intervals.
+
+Output directory layout::
+
+    data/metaworld_mt10/1.0.0, demos.json   the demonstrations (unless --data_root names written ones)
+    checkpoints/step_N                      every save_steps (OFT's layout, as oft_recipe writes them)
+    policy/                                 a copy of the chosen checkpoint (what eval_metaworld.py reads by default)
+    training_curve.csv                      loss / lr / step time per step
+    evaluation.json                         settings, demonstrations, selection, success per task and split, minutes
+
+Training reads the demonstrations with tensorflow (tf.data), and MetaWorld's OSMesa rendering cannot share a
+process with it (:mod:`prismatic_tr.envs.metaworld.env`): every closed-loop evaluation runs in a spawned child
+process (:func:`evaluate`), which loads the checkpoint from disk and never imports tensorflow.
+
+Validation success is what the choice of checkpoint reads; test success is reported only. ``--init_oft`` and
+``--setting`` fine-tune a trained MetaWorld policy with a reduction attached (as :mod:`.oft_recipe` does for the
+tabletop policy): training, choice and evaluation all run with the setting attached.
+"""
+
+# No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
+from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, metaworld_task
+from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
+
+DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
+NUM_IMAGES = 2               # corner3 and gripperPOV
+
+
+def _int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+
+
+@dataclass
+class MetaWorldPolicyTrainConfig:
+    """Train the OFT-style MetaWorld MT10 policy (2 cameras, proprio, chunk of 8, L1 head) and evaluate it per task."""
+
+    # fmt: off
+    output_dir: Path = Path("outputs/metaworld_policy")  # data/, checkpoints/, training_curve.csv, evaluation.json
+    data_root: Path | None = None              # demonstrations written before by make_metaworld_demos.py (holding
+                                               #   metaworld_mt10/); default: written into <output_dir>/data
+    episodes_per_task: int = 50                # expert demonstrations per task (when the command writes them)
+    tasks: list[str] = field(default_factory=lambda: list(MT10))  # tasks evaluated (the demonstrations hold MT10)
+    base_policy: Path | None = None            # OpenVLA-style checkpoint it starts from (default: bundled tabletop)
+    init_oft: Path | None = None               # start from this OFT policy instead (its statistics kept): fine-tuning
+    setting: str = "none"                      # reduction attached in training, choice and evaluation (vla.spec)
+    chunk: int = 8                             # actions predicted per pass
+    attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
+    freeze_vision: bool = False                # keep the towers fixed (train projector, Llama, proprio, head only)
+    batch_size: int = 16                       # examples per optimizer step
+    max_steps: int = 2000                      # optimizer steps (cosine schedule over them)
+    learning_rate: float = 5e-4                # AdamW peak rate; cosine to 10 % at max_steps after the warm-up
+    lr_warmup_steps: int = 100                 # linear warm-up steps
+    seed: int = 0                              # new modules' weights, torch seed and data order
+    save_steps: int = 500                      # checkpoint interval (the candidates for --select_episodes)
+    select_episodes: int = 10                  # validation episodes per task per checkpoint; the best is the policy
+                                               #   (0: the last checkpoint)
+    test_episodes: int = 50                    # closed-loop test episodes per task (reporting only)
+    execute_steps: int | None = None           # chunk actions run open loop per prediction (null: the whole chunk)
+    image_size: int = DEFAULT_IMAGE_SIZE       # evaluation frames (the demonstrations' size)
+    eval_batch_size: int = 10                  # episodes of a task run in lockstep
+    bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
+    progress: bool = True                      # progress bars
+    # fmt: on
+
+    def __post_init__(self) -> None:
+        from prismatic_tr.policy.oft_recipe import check_training_flags
+
+        self.output_dir = Path(self.output_dir)
+        for name, low in (("episodes_per_task", 1), ("batch_size", 1), ("max_steps", 1), ("lr_warmup_steps", 0),
+                          ("seed", 0), ("save_steps", 1), ("select_episodes", 0), ("test_episodes", 1),
+                          ("eval_batch_size", 1), ("chunk", 1), ("image_size", 32)):
+            _int(name, getattr(self, name), low)
+        if not self.tasks or len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"--tasks {self.tasks!r} is not allowed; name each task once, from {list(MT10)}")
+        for task in self.tasks:
+            metaworld_task(task)
+        check_training_flags(self)
+        if self.data_root is not None:
+            self.data_root = Path(self.data_root)
+            if not (self.data_root / DATASET).is_dir():
+                raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} dataset (written by "
+                                 "vla_scripts/make_metaworld_demos.py); omit it to write them into <output_dir>/data")
+        else:
+            self.demo_config()   # its own checks (seed range)
+            written = self.output_dir / "data" / DATASET / "demos.json"
+            if written.is_file():
+                per_task = json.loads(written.read_text())["config"].get("episodes_per_task")
+                if per_task != self.episodes_per_task:
+                    raise ValueError(f"{written} holds {per_task} demonstrations per task, not --episodes_per_task "
+                                     f"{self.episodes_per_task}; remove {written.parent} or choose another "
+                                     "--output_dir")
+        for split, n in ((VALIDATION, self.select_episodes or 1), (TEST, self.test_episodes)):
+            split_seeds(split, n, splits=METAWORLD_SPLITS)
+
+    def demo_config(self) -> Any:
+        """The :class:`~prismatic_tr.envs.metaworld.demos.MetaWorldDemoConfig` of the demonstrations it writes."""
+        from prismatic_tr.envs.metaworld.demos import MetaWorldDemoConfig
+
+        return MetaWorldDemoConfig(episodes_per_task=self.episodes_per_task, output_dir=self.output_dir / "data",
+                                   dataset_name=DATASET, image_size=self.image_size, progress=self.progress)
+
+    @property
+    def num_images(self) -> int:
+        return NUM_IMAGES
+
+    def autocast(self) -> bool:
+        from prismatic_tr.policy.oft_recipe import bf16_autocast
+
+        return bf16_autocast(self)
+
+    def settings(self) -> Any:
+        """The policy's :class:`~prismatic_tr.models.oft_config.OFTSettings` (4-D state, 7-D actions)."""
+        from prismatic_tr.envs.metaworld.tasks import STATE_DIM
+        from prismatic_tr.envs.spec import ACTION_DIM
+        from prismatic_tr.models.oft_config import OFTSettings
+
+        return OFTSettings(num_images_in_input=NUM_IMAGES, num_actions_chunk=self.chunk, action_dim=ACTION_DIM,
+                           proprio_dim=STATE_DIM, attention=self.attention)
+
+    def to_record(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def ensure_demos(cfg: MetaWorldPolicyTrainConfig) -> Path:
+    """The data root holding ``metaworld_mt10``: ``--data_root``, or ``<output_dir>/data`` (written if absent)."""
+    if cfg.data_root is not None:
+        return cfg.data_root
+    root = cfg.output_dir / "data"
+    if not (root / DATASET / "demos.json").is_file():
+        from prismatic_tr.envs.metaworld.demos import make_metaworld_demos
+
+        make_metaworld_demos(cfg.demo_config())
+    return root
+
+
+def _evaluate_child(checkpoint: str, tasks: list[str], split: str, episodes: int, setting: str, seed: int,
+                    image_size: int, batch_size: int, execute_steps: int | None, threads: int) -> dict[str, Any]:
+    """In a spawned process: the checkpoint's per-task record on ``split`` (plus ``wall_s``)."""
+    torch.set_num_threads(threads)
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.metaworld import metaworld_record, run_metaworld
+    from prismatic_tr.vla import reductions_attached
+    from prismatic_tr.vla.spec import parse_setting
+
+    vla, processor = load_vla(Path(checkpoint))
+    start = time.perf_counter()
+    with reductions_attached(vla, parse_setting(setting).reductions(seed)):
+        outcomes = run_metaworld(vla, processor, tasks, split, episodes, DATASET, image_size=image_size,
+                                 batch_size=batch_size, execute_steps=execute_steps)
+    return {**metaworld_record(outcomes, split), "episodes_per_task": episodes, "setting": setting,
+            "wall_s": time.perf_counter() - start}
+
+
+def evaluate(checkpoint: Path, split: str, episodes: int, cfg: MetaWorldPolicyTrainConfig,
+             setting: str | None = None) -> dict[str, Any]:
+    """Closed-loop success of an OFT checkpoint on the first ``episodes`` seeds of ``split`` for every task of
+    ``cfg.tasks`` (``setting`` attached, default ``cfg.setting``), run in a spawned child process (module docstring):
+    :func:`~prismatic_tr.policy.metaworld.metaworld_record` plus ``wall_s``."""
+    args = (str(checkpoint), list(cfg.tasks), split, episodes, cfg.setting if setting is None else setting, cfg.seed,
+            cfg.image_size, cfg.eval_batch_size, cfg.execute_steps, torch.get_num_threads())
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(_evaluate_child, *args).result()
+
+
+def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint with the most successes over ``cfg.select_episodes`` validation episodes of every task (ties:
+    the later step)."""
+    steps = sorted(checkpoints)
+    if cfg.select_episodes == 0 or len(steps) == 1:
+        return checkpoints[steps[-1]], {"episodes_per_task": 0, "rule": "the last step's checkpoint"}
+    scores = []
+    for s in steps:
+        record = evaluate(checkpoints[s], VALIDATION, cfg.select_episodes, cfg)
+        scores.append({"step": s, "checkpoint": str(checkpoints[s]), "mean_success_rate": record["mean_success_rate"],
+                       "successes": sum(t["successes"] for t in record["tasks"].values()),
+                       "per_task": {k: t["successes"] for k, t in record["tasks"].items()}, "wall_s": record["wall_s"]})
+    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
+    return checkpoints[steps[best]], {"episodes_per_task": cfg.select_episodes, "split": VALIDATION,
+                                      "rule": "most validation successes over the tasks, ties to the later step",
+                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
+
+
+def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
+    """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
+    from prismatic_tr.bench.measure.devices import cpu_info
+    from prismatic_tr.policy.oft_recipe import install, start_policy, train_policy
+
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    data_root = ensure_demos(cfg)
+    t_demos = time.perf_counter()
+    vla, processor, _, base = start_policy(cfg, data_root, DATASET)
+    result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET)
+    t_train = time.perf_counter()
+    checkpoint, selection = choose(cfg, result.checkpoints)
+    policy = install(checkpoint, [], cfg.output_dir / "policy")
+    t_select = time.perf_counter()
+    test = evaluate(policy, TEST, cfg.test_episodes, cfg)
+    demos = data_root / DATASET / "demos.json"
+    record = {
+        "recipe": "prismatic_tr.policy.metaworld_recipe.run_recipe (vla_scripts/train_metaworld_policy.py)",
+        "config": cfg.to_record(), "base_policy": str(base), "oft_settings": asdict(cfg.settings()),
+        "setting": cfg.parsed_setting.label, "seed_splits": split_ranges(METAWORLD_SPLITS),
+        "demonstrations": {"data_root": str(data_root), **(json.loads(demos.read_text()) if demos.is_file() else {})},
+        "training": {"steps": cfg.max_steps, "last_loss": result.history[-1]["loss"], "curve": "training_curve.csv",
+                     "checkpoints": {str(k): str(v) for k, v in result.checkpoints.items()}},
+        "selection": selection, "checkpoint": str(checkpoint), "policy": str(policy), "execute_steps": cfg.execute_steps or cfg.chunk,
+        "evaluation": {TEST: test},
+        "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
+                    "selection": (t_select - t_train) / 60, "evaluation_test": test["wall_s"] / 60},
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()},
+    }
+    text = json.dumps(record, indent=2) + "\n"
+    (cfg.output_dir / "evaluation.json").write_text(text)
+    return json.loads(text)
+
+
+def summary_lines(record: dict[str, Any]) -> str:
+    """The record's test success per task and the mean, then the minutes per stage, as terminal lines."""
+    lines = []
+    for split, ev in record["evaluation"].items():
+        for task, r in ev["tasks"].items():
+            lines.append(f"{split} {task:26s} {r['successes']:3d}/{r['episodes']:<3d} {r['success_rate']:6.1%} "
+                         f"(95 % CI {r['success_ci_low']:.1%} - {r['success_ci_high']:.1%})")
+        lines.append(f"{split} mean over {len(ev['tasks'])} tasks: {ev['mean_success_rate']:.1%}")
+    return "\n".join([*lines, "minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in record["minutes"].items())])

@@ -1,0 +1,148 @@
+"""The MetaWorld policy's commands: ``vla_scripts/train_metaworld_policy.py`` (demonstrations -> OFT training ->
+choice on validation -> test per task, every closed loop in a spawned child) and ``vla_scripts/eval_metaworld.py``
+(the reduction table), at toy size. Flag checks and the table's pure parts run everywhere; the end-to-end run needs
+metaworld and OSMesa and is skipped with the reason elsewhere.
+
+Nothing here times anything; the full-size policy's success is measured by the commands and recorded in
+``benchmarks/results/metaworld/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.oft_fixtures import write_tiny_base
+from test_metaworld import MISSING, ROOT, needs_metaworld
+
+from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
+from prismatic_tr.vla.spec import parse_setting
+from vla_scripts import eval_metaworld, train_metaworld_policy
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--tasks", "[reach-v3,fly-v3]"], "fly-v3"),
+    (["--tasks", "[reach-v3,reach-v3]"], "name each task once"),
+    (["--chunk", "0"], "--chunk 0"),
+    (["--execute_steps", "9"], "--execute_steps 9"),
+    (["--test_episodes", "0"], "--test_episodes 0"),
+    (["--image_size", "16"], "--image_size 16"),
+    (["--data_root", "/nonexistent"], "holds no metaworld_mt10"),
+    (["--base_policy", "/nonexistent"], "--base_policy"),
+    (["--setting", "vision:nonsense:0.1"], "nonsense"),
+])
+def test_training_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(argv)
+    assert exc.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_training_command_refuses_demonstrations_written_with_another_count(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    written = tmp_path / "data" / "metaworld_mt10"
+    written.mkdir(parents=True)
+    (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5}}))
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--output_dir", str(tmp_path), "--episodes_per_task", "50"])
+    assert exc.value.code == 2 and "holds 5 demonstrations per task" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--settings", "[diverse:0.5]"], "start with 'none'"),
+    (["--tasks", "[fly-v3]"], "fly-v3"),
+    (["--split", "offline"], "'offline' is not allowed"),
+    (["--episodes", "0"], "--episodes 0"),
+    (["--vla_path", "/nonexistent"], "not a checkpoint directory"),
+])
+def test_evaluation_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        eval_metaworld.parse_config(argv)
+    assert exc.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_the_table_has_the_issues_settings_and_needs_its_baseline_first() -> None:
+    settings = [parse_setting(s) for s in TABLE_SETTINGS]
+    assert settings[0].is_baseline and len({s.label for s in settings}) == 8
+    assert [s.parts[0].site for s in settings[1:]] == ["projector"] * 3 + ["vision"] * 3 + ["llm"]
+    assert [s.parts[0].reduction_ratio for s in settings[1:7]] == [0.5, 0.25, 0.1] * 2
+    with pytest.raises(ValueError, match="baseline"):
+        evaluate_metaworld_settings(None, None, settings[1:], ["reach-v3"], "test", 1, "k")
+
+
+def test_csv_rows_and_table_show_every_task_and_the_mean() -> None:
+    task = {"episodes": 2, "successes": 1, "success_rate": 0.5, "success_ci_low": 0.1, "success_ci_high": 0.9,
+            "mean_steps": 40.0}
+    records = [{"setting": label, "site": site, "reduction_ratio": r, "depth_fraction": None, "num_patches": n,
+                "mean_success_rate": 0.5, "successes": 2, "episodes": 4, "tasks": {"reach-v3": task, "push-v3": task},
+                "predict_action_ms": ms, "predict_action_speedup": 100.0 / ms}
+               for label, site, r, n, ms in (("none", "none", None, 512, 100.0), ("diverse:0.5", "projector", 0.5,
+                                                                                     256, 80.0))]
+    rows = eval_metaworld.csv_rows(records)
+    assert [(r["setting"], r["task"]) for r in rows] == [("none", "reach-v3"), ("none", "push-v3"), ("none", "mean"),
+                                                         ("diverse:0.5", "reach-v3"), ("diverse:0.5", "push-v3"),
+                                                         ("diverse:0.5", "mean")]
+    assert rows[2]["successes"] == 2 and rows[2]["episodes"] == 4
+    text = eval_metaworld.table(records)
+    assert "reach" in text.splitlines()[0] and "1.25x" in text and "50.0%" in text
+
+
+@needs_metaworld
+def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episodes(tmp_path: Path) -> None:
+    """Demonstrations (1 reach episode at 64 px) -> 2 training steps -> 2 candidates chosen on 1 validation
+    episode -> 1 test episode, every closed loop in a spawned child; then eval_metaworld.py on the chosen
+    checkpoint runs the same test episode unreduced (the same outcome) and with a vision cut (fewer tokens)."""
+    assert MISSING is None
+    pytest.importorskip("tensorflow_datasets")
+    base = write_tiny_base(tmp_path / "base")
+    out, env = tmp_path / "run", {**os.environ, "PYTHONPATH": str(ROOT)}
+    flags = ["--output_dir", str(out), "--base_policy", str(base), "--tasks", "[reach-v3]", "--episodes_per_task",
+             "1", "--image_size", "64", "--max_steps", "2", "--save_steps", "1", "--batch_size", "2",
+             "--lr_warmup_steps", "1", "--select_episodes", "1", "--test_episodes", "1", "--eval_batch_size", "1",
+             "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "test reach-v3" in run.stdout and "test mean over 1 tasks" in run.stdout
+    record = json.loads((out / "evaluation.json").read_text())
+    assert record["demonstrations"]["tasks"]["reach-v3"]["written"] == 1
+    assert [c["step"] for c in record["selection"]["candidates"]] == [1, 2]
+    assert record["selection"]["split"] == "validation"
+    test = record["evaluation"]["test"]
+    assert list(test["tasks"]) == ["reach-v3"] and test["tasks"]["reach-v3"]["seeds"] == [3_000_000, 3_000_000]
+    assert (out / "training_curve.csv").read_text().count("\n") == 3
+    chosen = Path(record["policy"])
+    assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "checkpoints"
+    assert (chosen / "action_head--latest_checkpoint.pt").is_file()
+
+    table = tmp_path / "table"
+    flags = ["--vla_path", str(chosen), "--settings", "[none,vision:diverse:0.5@0.25]", "--tasks", "[reach-v3]",
+             "--episodes", "1", "--image_size", "64", "--timing_runs", "1", "--output_dir", str(table),
+             "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = json.loads((table / "results.json").read_text())["records"]
+    assert [r["setting"] for r in records] == ["none", "vision:diverse:0.5@0.25"]
+    ours, theirs = records[0]["tasks"]["reach-v3"], test["tasks"]["reach-v3"]
+    assert (ours["successes"], ours["mean_steps"]) == (theirs["successes"], theirs["mean_steps"])
+    assert records[1]["num_patches"] < records[0]["num_patches"] and records[1]["predict_action_ms"] > 0
+    assert (table / "results.csv").read_text().count("\n") == 1 + 2 * 2
+
+    # fine-tuning for a setting: from the policy, its statistics kept, the setting attached in the test episodes
+    tuned = tmp_path / "tuned"
+    flags = ["--output_dir", str(tuned), "--init_oft", str(chosen), "--setting", "vision:diverse:0.5@0.25",
+             "--data_root", str(out / "data"), "--tasks", "[reach-v3]", "--image_size", "64", "--max_steps", "1",
+             "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0", "--test_episodes", "1",
+             "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    record = json.loads((tuned / "evaluation.json").read_text())
+    assert record["setting"] == "vision:diverse:0.5@0.25" and record["base_policy"] == str(chosen)
+    assert record["evaluation"]["test"]["setting"] == "vision:diverse:0.5@0.25"
+    assert record["selection"]["rule"] == "the last step's checkpoint"
