@@ -26,6 +26,7 @@ from prismatic_tr.envs.metaworld import (
     to_metaworld,
 )
 from prismatic_tr.envs.metaworld.demos import MetaWorldDemoConfig
+from prismatic_tr.envs.metaworld.tasks import STATE_DIM, STATE_FIELDS, state_of
 from prismatic_tr.envs.splits import check_seeds, split_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,15 @@ def test_the_task_set_is_mt10_with_one_instruction_each():
         assert build_prompt(text) == f"In: What action should the robot take to {text}?\nOut:"
     assert TASKS["pick-place-v3"].instruction == "pick the puck and place it at the goal"
     assert all(0 < TASKS[t].max_steps <= 500 for t in MT10)
+
+
+def test_the_state_is_the_effector_the_gripper_and_the_goal():
+    raw = np.arange(39, dtype=np.float64)
+    np.testing.assert_array_equal(state_of(raw), [0, 1, 2, 3, 36, 37, 38])
+    assert state_of(raw).dtype == np.float32 and STATE_DIM == len(STATE_FIELDS) == 7
+    assert STATE_FIELDS[4:] == ("goal_x", "goal_y", "goal_z")
+    with pytest.raises(ValueError, match="goal last"):
+        state_of(np.zeros((2, 39)))
 
 
 def test_an_unknown_task_is_refused_naming_the_allowed_ones():
@@ -175,7 +185,9 @@ def check_smoke_episode() -> None:
             assert frame.shape == (SIZE, SIZE, 3) and frame.dtype == np.uint8
             assert frame.std() > 10 and len(np.unique(frame.reshape(-1, 3), axis=0)) > 50  # not blank
         assert not np.array_equal(obs.image, obs.wrist_image)
-        assert obs.state.shape == (4,) and obs.state.dtype == np.float32 and obs.state[3] > 0.9  # gripper open
+        assert obs.state.shape == (7,) and obs.state.dtype == np.float32 and obs.state[3] > 0.9  # gripper open
+        np.testing.assert_array_equal(obs.state[4:], obs.raw[-3:].astype(np.float32))     # the goal, last
+        assert np.linalg.norm(obs.state[4:] - obs.state[:3]) > 0.05                        # not the hand
         assert obs.instruction == "reach the goal position"
         step = env.step(np.array([0.01, 0, 0, 0, 0, 0, 1.0]))  # +x for one step: the hand moves +x
         assert step.observation.state[0] > obs.state[0] and not step.done
@@ -230,6 +242,7 @@ def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
     assert "reach-v3: expert success 1/1" in out.stdout and "pick-place-v3: expert success 1/1" in out.stdout
     summary = json.loads((tmp_path / "mw_test" / "demos.json").read_text())
     assert {t: summary["tasks"][t]["written"] for t in summary["tasks"]} == {"reach-v3": 1, "pick-place-v3": 1}
+    assert summary["state_fields"] == list(STATE_FIELDS)
     src = OFTChunkSource(tmp_path, "mw_test", chunk=4, num_images=2)
     assert src.num_episodes == 2 and src.image_keys == ["observation/image", "observation/wrist_image"]
     steps = list(src.decode(src.step_dataset()).as_numpy_iterator())
@@ -240,7 +253,7 @@ def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
     assert last["instruction"].decode() == TASKS["pick-place-v3"].instruction
     for step in (first, last):
         assert [im.shape for im in step["images"]] == [(SIZE, SIZE, 3)] * 2 and step["images"][0].dtype == np.uint8
-        assert step["images"][0].std() > 10 and step["state"].shape == (4,) and step["actions"].shape == (4, 7)
+        assert step["images"][0].std() > 10 and step["state"].shape == (7,) and step["actions"].shape == (4, 7)
     assert np.all(np.abs(last["actions"][:, :3]) <= 0.01 + 1e-6)
 
 
@@ -248,7 +261,7 @@ def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
 
 
 def check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads() -> None:
-    """A tiny random OFT policy (2 cameras, proprio 4, chunks of 8) through ``run_metaworld``: two validation
+    """A tiny random OFT policy (2 cameras, proprio 7, chunks of 8) through ``run_metaworld``: two validation
     episodes of reach capped at 10 steps, in one lockstep batch; frames drawn only at the two predictions of each
     episode (steps 0 and 8), both cameras; an observation read after its episode moved on is refused."""
     from prismatic_tr.envs.metaworld import env as env_module
@@ -256,7 +269,10 @@ def check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads() -> No
     from prismatic_tr.models import build_oft_vla, build_processor
     from prismatic_tr.policy.metaworld import metaworld_record, run_metaworld
 
-    vla = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_dim": 4}, seed=0)
+    four = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_dim": 4}, seed=0)
+    with pytest.raises(ValueError, match="takes a state of 4; MetaWorld episodes give 7"):
+        run_metaworld(four, build_processor(four.config), ["reach-v3"], "validation", 2, "bridge_orig")
+    vla = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_dim": STATE_DIM}, seed=0)
     drawn: list[str] = []
     render = env_module.MetaWorldEnv.render
     env_module.MetaWorldEnv.render = lambda self, camera: drawn.append(camera) or render(self, camera)

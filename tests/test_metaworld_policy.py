@@ -13,12 +13,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers.oft_fixtures import write_tiny_base
 from test_metaworld import MISSING, ROOT, needs_metaworld
 
+from prismatic_tr.bench.vla import readme_tables
+from prismatic_tr.envs.metaworld.tasks import STATE_FIELDS
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
+from prismatic_tr.policy.metaworld_recipe import provenance
+from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
 from prismatic_tr.vla.spec import parse_setting
 from vla_scripts import eval_metaworld, train_metaworld_policy
 
@@ -33,6 +38,7 @@ from vla_scripts import eval_metaworld, train_metaworld_policy
     (["--data_root", "/nonexistent"], "holds no metaworld_mt10"),
     (["--base_policy", "/nonexistent"], "--base_policy"),
     (["--setting", "vision:nonsense:0.1"], "nonsense"),
+    (["--eval_workers", "0"], "--eval_workers 0"),
 ])
 def test_training_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
                                                         capsys: pytest.CaptureFixture) -> None:
@@ -51,12 +57,31 @@ def test_training_command_refuses_demonstrations_written_with_another_count(tmp_
     assert exc.value.code == 2 and "holds 5 demonstrations per task" in capsys.readouterr().err
 
 
+def test_training_command_refuses_demonstrations_and_policies_of_another_state(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    data = tmp_path / "data" / "metaworld_mt10"
+    data.mkdir(parents=True)
+    (data / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 50}}))   # written before the goal
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data")])
+    assert exc.value.code == 2 and "4-D state written before the goal joined it" in capsys.readouterr().err
+    (data / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 50},
+                                                 "state_fields": list(STATE_FIELDS)}))
+    old = tmp_path / "old_policy"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 4}}))
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old)])
+    assert exc.value.code == 2 and "takes a state of 4; MetaWorld episodes give 7" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--settings", "[diverse:0.5]"], "start with 'none'"),
     (["--tasks", "[fly-v3]"], "fly-v3"),
     (["--split", "offline"], "'offline' is not allowed"),
     (["--episodes", "0"], "--episodes 0"),
     (["--vla_path", "/nonexistent"], "not a checkpoint directory"),
+    (["--workers", "0"], "--workers 0"),
 ])
 def test_evaluation_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
                                                           capsys: pytest.CaptureFixture) -> None:
@@ -72,6 +97,42 @@ def test_the_table_has_the_issues_settings_and_needs_its_baseline_first() -> Non
     assert [s.parts[0].reduction_ratio for s in settings[1:7]] == [0.5, 0.25, 0.1] * 2
     with pytest.raises(ValueError, match="baseline"):
         evaluate_metaworld_settings(None, None, settings[1:], ["reach-v3"], "test", 1, "k")
+
+
+def test_worker_pools_refuse_bad_counts_and_paths_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="workers 0"):
+        MetaWorldWorkers(tmp_path, workers=0)
+    with pytest.raises(ValueError, match="not a checkpoint directory"):
+        MetaWorldWorkers(tmp_path, workers=2)
+    (tmp_path / "config.json").write_text("{}")
+    pool = MetaWorldWorkers(tmp_path, workers=2, threads=1)
+    with pytest.raises(RuntimeError, match="outside its `with` block"):
+        pool.run(["none"], ["reach-v3"], "test", 1, "k")
+    assert worker_threads(2, 2) == 1 and worker_threads(2, 1) == 1 and worker_threads(1, 2) == 2
+
+
+def test_provenance_reads_the_recipe_record_beside_a_policy_or_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "checkpoints" / "step_5").mkdir(parents=True)
+    assert provenance(tmp_path / "policy") == {"trained_with": None}
+    (tmp_path / "evaluation.json").write_text(json.dumps({"setting": "diverse:0.1", "base_policy": "/p",
+                                                          "training": {"steps": 5}}))
+    for where in (tmp_path / "policy", tmp_path / "checkpoints" / "step_5"):
+        got = provenance(where)
+        assert (got["trained_with"], got["started_from"], got["training_steps"]) == ("diverse:0.1", "/p", 5)
+
+
+def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
+    task = {"success_rate": 0.5}
+    def run(trained_with: str | None, labels: list[str]) -> dict:
+        return {"meta": {"trained_with": trained_with},
+                "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task},
+                             "mean_success_rate": 0.5, "predict_action_speedup": 1.0} for label in labels]}
+    text = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[
+        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])]))
+    lines = text.splitlines()
+    assert "Model" in lines[0] and len(lines) == 2 + 3     # the second run's own baseline is not shown
+    assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
 
 
 def test_csv_rows_and_table_show_every_task_and_the_mean() -> None:
@@ -132,6 +193,19 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert (ours["successes"], ours["mean_steps"]) == (theirs["successes"], theirs["mean_steps"])
     assert records[1]["num_patches"] < records[0]["num_patches"] and records[1]["predict_action_ms"] > 0
     assert (table / "results.csv").read_text().count("\n") == 1 + 2 * 2
+    meta = json.loads((table / "results.json").read_text())["meta"]
+    assert meta["episode_workers"] == 2 and meta["episode_worker_threads"] >= 1
+    assert meta["trained_with"] == "none" and meta["started_from"] == str(base)
+
+    # the same episodes in this process (one thread, as each of the two workers had): the same outcomes
+    alone = tmp_path / "alone"
+    flags[flags.index("--output_dir") + 1], flags[flags.index("--timing_runs") + 1] = str(alone), "0"
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags, "--workers", "1",
+                          "--num_threads", str(meta["episode_worker_threads"])],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert [r["tasks"] for r in json.loads((alone / "results.json").read_text())["records"]] == \
+        [r["tasks"] for r in records]
 
     # fine-tuning for a setting: from the policy, its statistics kept, the setting attached in the test episodes
     tuned = tmp_path / "tuned"

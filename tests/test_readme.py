@@ -66,7 +66,7 @@ def _copy_sources(root: Path) -> None:
              *(str(f.relative_to(ROOT)) for k in readme_tables.OFT_POLICY for f in readme_tables.oft_policy_files(ROOT, k)),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/token_reduction.json")),
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test*.json")),
-             str(readme_tables.METAWORLD_POLICY),
+             *map(str, readme_tables.METAWORLD_POLICIES.values()),
              *(str(p.relative_to(ROOT)) for p in readme_tables.metaworld_table_files(ROOT))]
     for rel in paths:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ imports tensorflow. Bad flags exit with status 2 before the model is loaded.
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
+import contextlib
 import csv
 import datetime
 import json
@@ -56,6 +57,8 @@ class EvalMetaWorldConfig:
     timing_runs: int = 10                    # predict_action timings per setting (interleaved, batch 1; 0: none)
     output_dir: Path = Path("outputs/eval_metaworld")  # results.json / results.csv
     num_threads: int = 0                     # torch threads (0: torch's default)
+    workers: int = 2                         # processes running the episodes, the threads split among them (1: this
+                                             #   process); timing always runs here, alone, before any episode
     progress: bool = True                    # progress bar
     # fmt: on
 
@@ -64,7 +67,7 @@ class EvalMetaWorldConfig:
         from prismatic_tr.envs.splits import split_seeds
         from prismatic_tr.vla.spec import parse_setting
 
-        for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 0), ("num_threads", 0)):
+        for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 0), ("num_threads", 0), ("workers", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
@@ -147,23 +150,31 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
 
     from prismatic_tr.bench.measure.devices import cpu_info
     from prismatic_tr.policy.metaworld import evaluate_metaworld_settings
+    from prismatic_tr.policy.metaworld_recipe import provenance
+    from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
 
     start = time.perf_counter()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     vla, processor = load(cfg)
     bar = tqdm(total=cfg.episodes * len(cfg.tasks) * len(cfg.setting_list), desc="episodes", disable=not cfg.progress)
-    records = evaluate_metaworld_settings(vla, processor, cfg.setting_list, cfg.tasks, cfg.split, cfg.episodes,
-                                          cfg.unnorm_key, cfg.image_size, cfg.batch_size, cfg.execute_steps,
-                                          cfg.timing_runs, on_episode=lambda label, o: bar.update())
+    with contextlib.ExitStack() as stack:
+        workers = (stack.enter_context(MetaWorldWorkers(cfg.vla_path, cfg.workers)) if cfg.workers > 1 else None)
+        records = evaluate_metaworld_settings(vla, processor, cfg.setting_list, cfg.tasks, cfg.split, cfg.episodes,
+                                              cfg.unnorm_key, cfg.image_size, cfg.batch_size, cfg.execute_steps,
+                                              cfg.timing_runs, on_episode=lambda label, o: bar.update(),
+                                              workers=workers)
     bar.close()
     print(table(records))
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     meta = {"command": " ".join(["python", "vla_scripts/eval_metaworld.py", *sys.argv[1:]]),
-            "model": str(cfg.vla_path), "split": cfg.split, "episodes_per_task": cfg.episodes,
+            "model": str(cfg.vla_path), **provenance(cfg.vla_path), "split": cfg.split,
+            "episodes_per_task": cfg.episodes,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-            "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "episode_workers": cfg.workers,
+            "episode_worker_threads": worker_threads(cfg.workers) if cfg.workers > 1 else torch.get_num_threads(),
+            "torch_version": torch.__version__,
             "machine": {"cpu": cpu_info(), "cores": os.cpu_count()}, "wall_s": round(time.perf_counter() - start, 1)}
     (cfg.output_dir / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=2) + "\n")
     with open(cfg.output_dir / "results.csv", "w", newline="") as f:

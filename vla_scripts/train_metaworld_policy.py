@@ -6,16 +6,17 @@
 With its defaults (``prismatic_tr.policy.metaworld_recipe``):
 
 1. 50 scripted-expert demonstrations per MT10 task (demonstration seeds 0, 1, ...; failed expert seeds skipped), both
-   cameras (``corner3``, ``gripperPOV``, 224 px) and the 4-D state, as RLDS (``--data_root`` reuses written ones);
+   cameras (``corner3``, ``gripperPOV``, 224 px) and the 7-D state, as RLDS (``--data_root`` reuses written ones);
 2. an OFT model made from the bundled tabletop policy (its towers, projector and Llama), a new proprio projector and
    L1-regression head; 2 images, a chunk of 8 x 7 actions, causal attention over the one pass;
-3. AdamW on the L1 loss of the normalised chunk, towers trained too, lr 5e-4, 100 warm-up steps, cosine over 2000
-   steps, batch 16, seed 0, a checkpoint every 500 steps;
+3. AdamW on the L1 loss of the normalised chunk, towers trained too, lr 5e-4, 100 warm-up steps, cosine over 4000
+   steps, batch 16, seed 0, a checkpoint every 1000 steps;
 4. the policy: the checkpoint with the most successes over 10 validation episodes of each task, copied to
    ``<output_dir>/policy`` (what ``vla_scripts/eval_metaworld.py`` reads by default);
 5. its closed-loop success on 50 test episodes per task (held-out goals), each chunk executed open loop.
 
-Each closed-loop evaluation runs in a spawned child process (MetaWorld's OSMesa and tensorflow cannot share one).
+Each closed-loop evaluation runs in spawned worker processes (`--eval_workers`, 2 by default; MetaWorld's OSMesa and
+tensorflow cannot share one).
 Bad flags exit with status 2 before any work.
 """
 

@@ -21,7 +21,8 @@ teacher (:mod:`prismatic_tr.policy.onpolicy`) also hold ``action_chunk`` (chunk,
 whole chunk there, which OFT training reads instead of the next actions.
 
 MetaWorld episodes (:mod:`prismatic_tr.envs.metaworld`) are written the same way (third-person layout, states given
-as (4,) arrays, frames of ``image_size``); their ``kind`` is the task's name and ``target`` the goal vector as text.
+as arrays of ``state_dim``, (7,) with the goal, frames of ``image_size``); their ``kind`` is the task's name and
+``target`` the goal vector as text.
 """
 
 from __future__ import annotations
@@ -36,20 +37,21 @@ from prismatic_tr.envs.env import SUCCESS, WRONG_OBJECT, EnvState
 from prismatic_tr.envs.rollout import EpisodeResult
 from prismatic_tr.envs.spec import ACTION_DIM, IMAGE_SIZE
 
-STATE_DIM = 4
+STATE_DIM = 4   # the tabletop task's state (module docstring); other environments pass their own state_dim
 
 
 WRIST_IMAGE = "wrist_image"  # the eye-in-hand camera's key in third-person datasets (OFT's LIBERO layout)
 
 
 def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = None,
-                  image_size: int = IMAGE_SIZE) -> Any:
-    """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring); frames ``image_size`` square."""
+                  image_size: int = IMAGE_SIZE, state_dim: int = STATE_DIM) -> Any:
+    """The dataset's ``tfds.features.FeaturesDict`` (see the module docstring); frames ``image_size`` square,
+    states of ``state_dim``."""
     f = tfds.features
     flag = lambda: f.Tensor(shape=(), dtype=np.bool_)  # noqa: E731
     scalar = lambda: f.Tensor(shape=(), dtype=np.float32)  # noqa: E731
     image = lambda: f.Image(shape=(image_size, image_size, 3), encoding_format="png")  # noqa: E731
-    observation = {"image": image(), "state": f.Tensor(shape=(STATE_DIM,), dtype=np.float32)}
+    observation = {"image": image(), "state": f.Tensor(shape=(state_dim,), dtype=np.float32)}
     if third_person:
         observation[WRIST_IMAGE] = image()
     step = {
@@ -74,9 +76,9 @@ def rlds_features(tfds: Any, third_person: bool = False, chunk: int | None = Non
 
 
 def state_vector(state: EnvState | np.ndarray) -> np.ndarray:
-    """(4,) float32: effector x, y, z and gripper open (1.0) / closed (0.0); a (4,) array (MetaWorld's) as is."""
+    """(4,) float32: effector x, y, z and gripper open (1.0) / closed (0.0); a 1-D array (MetaWorld's) as is."""
     if isinstance(state, np.ndarray):
-        return state.astype(np.float32).reshape(STATE_DIM)
+        return state.astype(np.float32).reshape(-1)
     return np.array([*state.effector, float(state.gripper_open)], dtype=np.float32)
 
 
@@ -88,11 +90,15 @@ def observation(image: np.ndarray, state: EnvState | np.ndarray, third_person: n
     return {"image": third_person, WRIST_IMAGE: image, "state": state_vector(state)}
 
 
-def episode_example(result: EpisodeResult) -> dict[str, Any]:
-    """A recorded :class:`EpisodeResult` (``rollout(..., record=True)``) as one RLDS example."""
+def episode_example(result: EpisodeResult, state_dim: int = STATE_DIM) -> dict[str, Any]:
+    """A recorded :class:`EpisodeResult` (``rollout(..., record=True)``) as one RLDS example (states of
+    ``state_dim``: ValueError otherwise)."""
     n = len(result.actions)
     if n == 0 or not (len(result.images) == len(result.states) == n):
         raise ValueError(f"episode {result.seed} was not recorded step by step (rollout(..., record=True))")
+    sizes = {state_vector(s).shape[0] for s in result.states}
+    if sizes != {state_dim}:
+        raise ValueError(f"episode {result.seed} has states of size {sorted(sizes)}; the dataset holds {state_dim}")
     third = result.third_person_images or [None] * n
     chunks = result.action_chunks or [None] * n
     if len(third) != n or len(chunks) != n:
@@ -127,21 +133,23 @@ def write_episodes(
     third_person: bool = False,
     chunk: int | None = None,
     image_size: int = IMAGE_SIZE,
+    state_dim: int = STATE_DIM,
 ) -> Path:
     """Write episodes as the RLDS dataset ``root/name/1.0.0``; returns that directory.
 
     ``splits`` maps a split name to a callable yielding recorded results (``rollout(..., record=True)``) one
     episode at a time, so no more than one episode is held in memory; they are stored in that order.
     ``third_person``: the episodes were recorded with the third-person camera (OFT's layout, module docstring);
-    ``chunk``: they hold a teacher's ``action_chunks`` of that length; ``image_size``: their frames' size.
+    ``chunk``: they hold a teacher's ``action_chunks`` of that length; ``image_size``: their frames' size;
+    ``state_dim``: their states' size (the tabletop task's 4 by default).
     """
     from prismatic_tr.data.writer import write_tfds_dataset  # imports torch, then tensorflow lazily
 
     def examples(make: Callable[[], Iterable[EpisodeResult]]) -> Callable[[], Iterable[tuple[str, dict]]]:
         # keys sort in the order written (tensorflow-datasets 4.9.3 stores examples sorted by key even with shuffling
         # disabled) and stay unique across kinds (a MetaWorld dataset holds several tasks with the same seeds)
-        return lambda: ((f"{i:09d}_{r.kind}_seed_{r.seed}", episode_example(r)) for i, r in enumerate(make()))
+        return lambda: ((f"{i:09d}_{r.kind}_seed_{r.seed}", episode_example(r, state_dim)) for i, r in enumerate(make()))
 
-    features = lambda tfds: rlds_features(tfds, third_person, chunk, image_size)  # noqa: E731
+    features = lambda tfds: rlds_features(tfds, third_person, chunk, image_size, state_dim)  # noqa: E731
     return write_tfds_dataset(root, name, features, {s: examples(m) for s, m in splits.items()},
                               description=description, keep_order=True)

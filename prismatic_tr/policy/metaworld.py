@@ -45,12 +45,24 @@ def run_metaworld(vla: nn.Module, processor: object, tasks: Sequence[str], split
         metaworld_task(task)
     check_image_size(image_size)
     seeds = split_seeds(split, episodes, splits=METAWORLD_SPLITS)
+    check_policy_state(vla)
     outcomes = {}
     for task in tasks:
         with EpisodePool(task, image_size, max_steps) as pool:  # a batch's environments serve the next batch
             outcomes[task] = run_episodes(vla, processor, seeds, unnorm_key, batch_size=batch_size,
                                           on_episode=on_episode, execute_steps=execute_steps, make_env=pool.episode)
     return outcomes
+
+
+def check_policy_state(vla: nn.Module) -> None:
+    """ValueError when an OFT policy's proprio size is not the MetaWorld state's (an OpenVLA one takes none)."""
+    from prismatic_tr.bench.vla.oft_step import is_oft
+    from prismatic_tr.envs.metaworld.tasks import STATE_DIM, STATE_FIELDS
+
+    size = vla.oft.proprio_dim if is_oft(vla) else None
+    if size is not None and size != STATE_DIM:
+        raise ValueError(f"the policy takes a state of {size}; MetaWorld episodes give {STATE_DIM} "
+                         f"({', '.join(STATE_FIELDS)}): train it on demonstrations written with that state")
 
 
 def metaworld_record(outcomes: dict[str, list[EpisodeOutcome]], split: str) -> dict[str, Any]:
@@ -87,11 +99,14 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
                                 split: str, episodes: int, unnorm_key: str, image_size: int = 224,
                                 batch_size: int = 10, execute_steps: int | None = None, timing_repeats: int = 10,
                                 timing_warmup: int = 2,
-                                on_episode: Callable[[str, EpisodeOutcome], None] | None = None) -> list[dict[str, Any]]:
+                                on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
+                                workers: Any = None) -> list[dict[str, Any]]:
     """One record per setting (the unreduced baseline first; ValueError otherwise): the same ``episodes`` seeds of
     ``split`` for every task, success per task with its Wilson interval, the mean over tasks, the visual tokens
     the language model gets (and keeps past the llm site's cut), and ``predict_action`` medians at batch 1 with
-    the speedup over the baseline (timed first, interleaved; None with ``timing_repeats=0``)."""
+    the speedup over the baseline (timed first, interleaved; None with ``timing_repeats=0``). ``workers``: a
+    :class:`~prismatic_tr.policy.metaworld_workers.MetaWorldWorkers` holding the same checkpoint runs the episodes
+    (``vla`` then only counts tokens and is timed, alone, before any episode starts)."""
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import split_seeds
     from prismatic_tr.policy.evaluate import llm_visual_tokens
@@ -102,13 +117,21 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
     seeds = split_seeds(split, episodes, splits=METAWORLD_SPLITS)
     timing = (time_metaworld_settings(vla, processor, settings, tasks[0], seeds[0], unnorm_key, image_size,
                                       timing_warmup, timing_repeats) if timing_repeats > 0 else None)
+    pooled = None
+    if workers is not None:
+        def on_job(label: str, task: str, outcomes: list[EpisodeOutcome]) -> None:
+            for o in outcomes:
+                on_episode(label, o)
+
+        pooled = workers.run([s.label for s in settings], tasks, split, episodes, unnorm_key, image_size, batch_size,
+                             execute_steps, on_job=on_job if on_episode else None)
     records = []
     for s in settings:
         with reductions_attached(vla, s.reductions(0)):
             tokens = visual_token_count(vla)
-            outcomes = run_metaworld(vla, processor, tasks, split, episodes, unnorm_key, image_size, batch_size,
-                                     execute_steps, on_episode=(lambda o, s=s: on_episode(s.label, o))
-                                     if on_episode else None)
+            outcomes = pooled[s.label] if pooled is not None else run_metaworld(
+                vla, processor, tasks, split, episodes, unnorm_key, image_size, batch_size, execute_steps,
+                on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
         record = metaworld_record(outcomes, split)
         first = s.parts[0] if s.parts else s
         stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}

@@ -4,7 +4,7 @@
 MetaWorld's scripted-expert demonstrations (:mod:`prismatic_tr.envs.metaworld.demos`, RLDS in OFT's LIBERO layout,
 ``episodes_per_task`` per task) -> an OFT model made from an OpenVLA-style checkpoint (the bundled tabletop policy
 by default: its towers, projector and Llama) with a new proprio projector and L1 head, 2 cameras (``corner3``,
-``gripperPOV``), the 4-D state, a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
+``gripperPOV``), the 7-D state (effector, gripper, goal), a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
 (MetaWorld's scenes look nothing like the tabletop's) -> the saved checkpoint with the most successes on validation
 episodes of every task -> closed-loop success per task on the test seeds (held-out goals), with Wilson intervals.
 
@@ -18,7 +18,8 @@ Output directory layout::
 
 Training reads the demonstrations with tensorflow (tf.data), and MetaWorld's OSMesa rendering cannot share a
 process with it (:mod:`prismatic_tr.envs.metaworld.env`): every closed-loop evaluation runs in a spawned child
-process (:func:`evaluate`), which loads the checkpoint from disk and never imports tensorflow.
+process (:func:`evaluate`, ``--eval_workers`` of them), which loads the checkpoint from disk and never imports
+tensorflow.
 
 Validation success is what the choice of checkpoint reads; test success is reported only. ``--init_oft`` and
 ``--setting`` fine-tune a trained MetaWorld policy with a reduction attached (as :mod:`.oft_recipe` does for the
@@ -30,16 +31,20 @@ tabletop policy): training, choice and evaluation all run with the setting attac
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
-from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, metaworld_task
+from prismatic_tr.envs.metaworld.tasks import (
+    DEFAULT_IMAGE_SIZE,
+    MT10,
+    STATE_DIM,
+    STATE_FIELDS,
+    metaworld_task,
+)
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 
 DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
@@ -68,17 +73,18 @@ class MetaWorldPolicyTrainConfig:
     attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
     freeze_vision: bool = False                # keep the towers fixed (train projector, Llama, proprio, head only)
     batch_size: int = 16                       # examples per optimizer step
-    max_steps: int = 2000                      # optimizer steps (cosine schedule over them)
+    max_steps: int = 4000                      # optimizer steps (cosine schedule over them)
     learning_rate: float = 5e-4                # AdamW peak rate; cosine to 10 % at max_steps after the warm-up
     lr_warmup_steps: int = 100                 # linear warm-up steps
     seed: int = 0                              # new modules' weights, torch seed and data order
-    save_steps: int = 500                      # checkpoint interval (the candidates for --select_episodes)
+    save_steps: int = 1000                     # checkpoint interval (the candidates for --select_episodes)
     select_episodes: int = 10                  # validation episodes per task per checkpoint; the best is the policy
                                                #   (0: the last checkpoint)
     test_episodes: int = 50                    # closed-loop test episodes per task (reporting only)
     execute_steps: int | None = None           # chunk actions run open loop per prediction (null: the whole chunk)
     image_size: int = DEFAULT_IMAGE_SIZE       # evaluation frames (the demonstrations' size)
     eval_batch_size: int = 10                  # episodes of a task run in lockstep
+    eval_workers: int = 2                      # processes running the closed loops (torch threads split among them)
     bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
     progress: bool = True                      # progress bars
     # fmt: on
@@ -89,7 +95,7 @@ class MetaWorldPolicyTrainConfig:
         self.output_dir = Path(self.output_dir)
         for name, low in (("episodes_per_task", 1), ("batch_size", 1), ("max_steps", 1), ("lr_warmup_steps", 0),
                           ("seed", 0), ("save_steps", 1), ("select_episodes", 0), ("test_episodes", 1),
-                          ("eval_batch_size", 1), ("chunk", 1), ("image_size", 32)):
+                          ("eval_batch_size", 1), ("eval_workers", 1), ("chunk", 1), ("image_size", 32)):
             _int(name, getattr(self, name), low)
         if not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"--tasks {self.tasks!r} is not allowed; name each task once, from {list(MT10)}")
@@ -101,6 +107,7 @@ class MetaWorldPolicyTrainConfig:
             if not (self.data_root / DATASET).is_dir():
                 raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} dataset (written by "
                                  "vla_scripts/make_metaworld_demos.py); omit it to write them into <output_dir>/data")
+            check_demo_state(self.data_root / DATASET / "demos.json")
         else:
             self.demo_config()   # its own checks (seed range)
             written = self.output_dir / "data" / DATASET / "demos.json"
@@ -110,6 +117,13 @@ class MetaWorldPolicyTrainConfig:
                     raise ValueError(f"{written} holds {per_task} demonstrations per task, not --episodes_per_task "
                                      f"{self.episodes_per_task}; remove {written.parent} or choose another "
                                      "--output_dir")
+                check_demo_state(written)
+        if self.init_oft is not None and (Path(self.init_oft) / "config.json").is_file():
+            oft = json.loads((Path(self.init_oft) / "config.json").read_text()).get("oft") or {}
+            if oft.get("proprio_dim") != STATE_DIM:
+                raise ValueError(f"--init_oft {str(self.init_oft)!r} takes a state of {oft.get('proprio_dim')}; "
+                                 f"MetaWorld episodes give {STATE_DIM} ({', '.join(STATE_FIELDS)}): start from a "
+                                 "policy trained on these demonstrations")
         for split, n in ((VALIDATION, self.select_episodes or 1), (TEST, self.test_episodes)):
             split_seeds(split, n, splits=METAWORLD_SPLITS)
 
@@ -130,8 +144,7 @@ class MetaWorldPolicyTrainConfig:
         return bf16_autocast(self)
 
     def settings(self) -> Any:
-        """The policy's :class:`~prismatic_tr.models.oft_config.OFTSettings` (4-D state, 7-D actions)."""
-        from prismatic_tr.envs.metaworld.tasks import STATE_DIM
+        """The policy's :class:`~prismatic_tr.models.oft_config.OFTSettings` (7-D state, 7-D actions)."""
         from prismatic_tr.envs.spec import ACTION_DIM
         from prismatic_tr.models.oft_config import OFTSettings
 
@@ -140,6 +153,18 @@ class MetaWorldPolicyTrainConfig:
 
     def to_record(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def check_demo_state(summary: Path) -> None:
+    """ValueError unless the demonstrations whose ``demos.json`` is ``summary`` hold today's state
+    (:data:`~prismatic_tr.envs.metaworld.tasks.STATE_FIELDS`); a missing file is left to the reader."""
+    if not summary.is_file():
+        return
+    fields = json.loads(summary.read_text()).get("state_fields")
+    if fields != list(STATE_FIELDS):
+        held = "the 4-D state written before the goal joined it" if fields is None else f"the state {fields}"
+        raise ValueError(f"{summary.parent} holds {held}; policies take {list(STATE_FIELDS)}: write the "
+                         "demonstrations again (vla_scripts/make_metaworld_demos.py)")
 
 
 def ensure_demos(cfg: MetaWorldPolicyTrainConfig) -> Path:
@@ -154,33 +179,22 @@ def ensure_demos(cfg: MetaWorldPolicyTrainConfig) -> Path:
     return root
 
 
-def _evaluate_child(checkpoint: str, tasks: list[str], split: str, episodes: int, setting: str, seed: int,
-                    image_size: int, batch_size: int, execute_steps: int | None, threads: int) -> dict[str, Any]:
-    """In a spawned process: the checkpoint's per-task record on ``split`` (plus ``wall_s``)."""
-    torch.set_num_threads(threads)
-    from prismatic_tr.models import load_vla
-    from prismatic_tr.policy.metaworld import metaworld_record, run_metaworld
-    from prismatic_tr.vla import reductions_attached
-    from prismatic_tr.vla.spec import parse_setting
-
-    vla, processor = load_vla(Path(checkpoint))
-    start = time.perf_counter()
-    with reductions_attached(vla, parse_setting(setting).reductions(seed)):
-        outcomes = run_metaworld(vla, processor, tasks, split, episodes, DATASET, image_size=image_size,
-                                 batch_size=batch_size, execute_steps=execute_steps)
-    return {**metaworld_record(outcomes, split), "episodes_per_task": episodes, "setting": setting,
-            "wall_s": time.perf_counter() - start}
-
-
 def evaluate(checkpoint: Path, split: str, episodes: int, cfg: MetaWorldPolicyTrainConfig,
              setting: str | None = None) -> dict[str, Any]:
     """Closed-loop success of an OFT checkpoint on the first ``episodes`` seeds of ``split`` for every task of
-    ``cfg.tasks`` (``setting`` attached, default ``cfg.setting``), run in a spawned child process (module docstring):
+    ``cfg.tasks`` (``setting`` attached, default ``cfg.setting``), run by ``cfg.eval_workers`` spawned processes
+    (:class:`~prismatic_tr.policy.metaworld_workers.MetaWorldWorkers`; module docstring):
     :func:`~prismatic_tr.policy.metaworld.metaworld_record` plus ``wall_s``."""
-    args = (str(checkpoint), list(cfg.tasks), split, episodes, cfg.setting if setting is None else setting, cfg.seed,
-            cfg.image_size, cfg.eval_batch_size, cfg.execute_steps, torch.get_num_threads())
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(_evaluate_child, *args).result()
+    from prismatic_tr.policy.metaworld import metaworld_record
+    from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers
+
+    setting = cfg.setting if setting is None else setting
+    start = time.perf_counter()
+    with MetaWorldWorkers(checkpoint, cfg.eval_workers) as workers:
+        outcomes = workers.run([setting], cfg.tasks, split, episodes, DATASET, cfg.image_size, cfg.eval_batch_size,
+                               cfg.execute_steps, cfg.seed)[setting]
+    return {**metaworld_record(outcomes, split), "episodes_per_task": episodes, "setting": setting,
+            "eval_workers": cfg.eval_workers, "wall_s": time.perf_counter() - start}
 
 
 def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
@@ -235,6 +249,19 @@ def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
     text = json.dumps(record, indent=2) + "\n"
     (cfg.output_dir / "evaluation.json").write_text(text)
     return json.loads(text)
+
+
+def provenance(policy: Path) -> dict[str, Any]:
+    """What trained the checkpoint at ``policy``, from its recipe's ``evaluation.json`` (``<output_dir>/policy`` or
+    ``<output_dir>/checkpoints/step_N``): the setting attached in training ("none": unreduced), the policy it
+    started from and the steps; ``{"trained_with": None}`` when no recipe record sits beside it."""
+    policy = Path(policy)
+    for record_file in (policy.parent / "evaluation.json", policy.parent.parent / "evaluation.json"):
+        if record_file.is_file():
+            record = json.loads(record_file.read_text())
+            return {"trained_with": record.get("setting"), "started_from": record.get("base_policy"),
+                    "training_steps": record.get("training", {}).get("steps"), "record": str(record_file)}
+    return {"trained_with": None}
 
 
 def summary_lines(record: dict[str, Any]) -> str:

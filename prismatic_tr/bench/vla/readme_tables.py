@@ -6,8 +6,8 @@ test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 t
 ``finetune_reduced/speed_{float32,bfloat16}/results.json`` (the same settings timed in both dtypes on one machine),
 ``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes),
 ``oft_frozen/{float32,bfloat16}/results.json`` (the same rows with every block compiled and frozen, ``--compile true
---freeze true``), ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows), ``metaworld/policy/evaluation.json``
-(the MetaWorld policy's recipe: test success per task) and ``metaworld/table*/results.json`` (its reduction table).
+--freeze true``), ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows), ``metaworld/policy*/evaluation.json``
+(the MetaWorld policy's recipe runs: test success per task) and ``metaworld/table*/results.json`` (its reduction table).
 Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
 between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
 ``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
@@ -43,7 +43,9 @@ MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
 OFT_POLICY_DIR = RESULTS / "oft_policy"
 OFT_POLICY = {"test": "eval_test", "test_5obj": "eval_test_5obj"}
 ADAPTERS = Path("prismatic_tr/assets/adapters")
-METAWORLD_POLICY = RESULTS / "metaworld" / "policy" / "evaluation.json"   # train_metaworld_policy.py's record
+# train_metaworld_policy.py's records, one column each: the first run, then its continuation (--init_oft)
+METAWORLD_POLICIES = {"first run (2000 steps)": RESULTS / "metaworld" / "policy" / "evaluation.json",
+                      "continued (+2000 steps)": RESULTS / "metaworld" / "policy_continued" / "evaluation.json"}
 # eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
 # interleaved for the speed; the unreduced row shown is the first run's)
 METAWORLD_TABLES = RESULTS / "metaworld"
@@ -64,7 +66,7 @@ class Sources:
     main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
     oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
-    metaworld_policy: dict[str, Any]  # metaworld/policy/evaluation.json
+    metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
     metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
 
     @classmethod
@@ -79,7 +81,7 @@ class Sources:
                    main_oft=_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None,
                    oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
                    oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
-                   metaworld_policy=_json(root / METAWORLD_POLICY),
+                   metaworld_policies={label: _json(root / path) for label, path in METAWORLD_POLICIES.items()},
                    metaworld_tables=[_json(p) for p in metaworld_table_files(root)])
 
 
@@ -395,15 +397,19 @@ def main_oft_table(src: Sources) -> str:
 
 
 def metaworld_policy_table(src: Sources) -> str:
-    """README.md, MetaWorld: the chosen policy's test success per task with Wilson intervals, and the mean."""
-    test = src.metaworld_policy["evaluation"]["test"]
-    rows = [[f"`{task}`", f"{t['successes']}/{t['episodes']}", pct(t["success_rate"], t["success_ci_low"],
-                                                                     t["success_ci_high"]), f"{t['mean_steps']:.0f}"]
-            for task, t in test["tasks"].items()]
-    total = sum(t["successes"] for t in test["tasks"].values()), sum(t["episodes"] for t in test["tasks"].values())
-    rows.append([f"**mean over the {len(test['tasks'])} tasks**", f"{total[0]}/{total[1]}",
-                 f"**{100 * test['mean_success_rate']:.1f} %**", ""])
-    return "\n".join(_table(["Task", "Successes", "Success (Wilson 95 %)", "Mean steps"], rows))
+    """README.md, MetaWorld: each recipe run's chosen policy (a column each): test success per task with Wilson
+    intervals and mean steps, and the mean over tasks."""
+    tests = {label: rec["evaluation"]["test"] for label, rec in src.metaworld_policies.items()}
+    tasks = list(next(iter(tests.values()))["tasks"])
+    rows = [[f"`{task}`", *(f"{t['tasks'][task]['successes']}/{t['tasks'][task]['episodes']}, "
+                            + pct(t["tasks"][task]["success_rate"], t["tasks"][task]["success_ci_low"],
+                                  t["tasks"][task]["success_ci_high"])
+                            + f", {t['tasks'][task]['mean_steps']:.0f} steps" for t in tests.values())]
+            for task in tasks]
+    means = [f"{sum(r['successes'] for r in t['tasks'].values())}/{sum(r['episodes'] for r in t['tasks'].values())}"
+             f", **{100 * t['mean_success_rate']:.1f} %**" for t in tests.values()]
+    rows.append([f"**mean over the {len(tasks)} tasks**", *means])
+    return "\n".join(_table(["Task", *(f"{label}: success (Wilson 95 %), mean steps" for label in tests)], rows))
 
 
 def metaworld_table(src: Sources) -> str:
@@ -411,17 +417,21 @@ def metaworld_table(src: Sources) -> str:
     if not src.metaworld_tables:
         return ("Not measured yet: `vla_scripts/eval_metaworld.py` writes it into `benchmarks/results/metaworld/table/` "
                 "once a policy reaches the issue's 70 % mean success.")
-    records = [r for i, run in enumerate(src.metaworld_tables) for r in run["records"]
-               if i == 0 or r["setting"] != "none"]
+    runs = [(run["meta"].get("trained_with") or "none", r) for i, run in enumerate(src.metaworld_tables)
+            for r in run["records"] if i == 0 or r["setting"] != "none"]
+    records = [r for _, r in runs]
     tasks = list(records[0]["tasks"])
-    header = ["Setting", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
+    header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
     def tokens(r: dict[str, Any]) -> str:
         kept = r.get("llm_visual_tokens", r["num_patches"])
         return str(r["num_patches"]) + (f" -> {kept} in the LLM" if kept != r["num_patches"] else "")
 
-    rows = [[f"`{r['setting']}`", tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
+    def model(trained_with: str) -> str:
+        return "the policy" if trained_with == "none" else f"fine-tuned with `{trained_with}`"
+
+    rows = [[f"`{r['setting']}`", model(m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
              f"**{100 * r['mean_success_rate']:.1f} %**",
-             f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"] for r in records]
+             f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"] for m, r in runs]
     return "\n".join(_table(header, rows))
 
 

@@ -5,7 +5,7 @@
     # -> datasets/metaworld_mt10/1.0.0 (RLDS, split "train"), datasets/metaworld_mt10/demos.json
 
 Layout (:mod:`prismatic_tr.envs.rlds`, ``third_person=True``): ``observation/image`` the ``corner3`` camera,
-``observation/wrist_image`` the ``gripperPOV`` camera (both ``image_size`` square, PNG), ``observation/state`` (4,)
+``observation/wrist_image`` the ``gripperPOV`` camera (both ``image_size`` square, PNG), ``observation/state`` (7,)
 float32, ``action`` (7,) float32 (:mod:`prismatic_tr.envs.metaworld.actions`), ``language_instruction``;
 ``episode_metadata``: ``seed``, ``success`` (always true here), ``outcome``, ``kind`` (the task's name), ``target``
 (the episode's object / goal vector as text). The split "train" holds every task's episodes, task by task.
@@ -171,6 +171,7 @@ def expert_stream(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutc
 
 def make_metaworld_demos(cfg: MetaWorldDemoConfig) -> DemoReport:
     """Run the experts, write the RLDS dataset and ``demos.json``; one :class:`SplitSummary` per task in the report."""
+    from prismatic_tr.envs.metaworld.tasks import STATE_DIM, STATE_FIELDS
     from prismatic_tr.envs.rlds import write_episodes  # imports torch, then tensorflow
 
     check_output(cfg)
@@ -185,14 +186,14 @@ def make_metaworld_demos(cfg: MetaWorldDemoConfig) -> DemoReport:
 
     description = f"MetaWorld v3 scripted experts (prismatic_tr.envs.metaworld); config: {_config_dict(cfg)}"
     version_dir = write_episodes(cfg.output_dir, cfg.dataset_name, {"train": episodes}, description,
-                                 third_person=True, image_size=cfg.image_size)
+                                 third_person=True, image_size=cfg.image_size, state_dim=STATE_DIM)
     tasks = {o.task: {**o.summary.as_dict(), "written": o.summary.outcomes.get("success", 0),
                       "failed_seeds": o.failed_seeds,
                       "stopped_short": o.summary.outcomes.get("success", 0) < cfg.episodes_per_task}
              for o in outcomes.values()}
     first_unseen = max(cfg.seed + len(o.summary.lengths) for o in outcomes.values())
     summary = {"config": _config_dict(cfg), "dataset_dir": str(version_dir), "first_unseen_seed": first_unseen,
-               "tasks": tasks, **_versions()}
+               "state_fields": list(STATE_FIELDS), "tasks": tasks, **_versions()}
     summary_path = cfg.dataset_dir / SUMMARY_FILENAME
     summary_path.write_text(json.dumps(summary, indent=2))
     return DemoReport(cfg.output_dir, cfg.dataset_name, version_dir, [o.summary for o in outcomes.values()],

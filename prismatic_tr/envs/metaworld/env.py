@@ -1,8 +1,8 @@
-"""A MetaWorld v3 task as an OpenVLA / OpenVLA-OFT environment: 7-D actions, two cameras, a 4-D state.
+"""A MetaWorld v3 task as an OpenVLA / OpenVLA-OFT environment: 7-D actions, two cameras, a 7-D state.
 
     from prismatic_tr.envs.metaworld import MetaWorldEnv
     env = MetaWorldEnv("pick-place-v3", image_size=224)
-    obs = env.reset(seed=3_000_000)        # obs.image, obs.wrist_image (224, 224, 3) uint8, obs.state (4,), obs.instruction
+    obs = env.reset(seed=3_000_000)        # obs.image, obs.wrist_image (224, 224, 3) uint8, obs.state (7,), obs.instruction
     step = env.step(action)                # action (7,): actions.py; step.observation, .reward, .done, .info
     env.close()
 
@@ -47,6 +47,7 @@ from prismatic_tr.envs.metaworld.tasks import (
     MetaWorldTask,
     check_image_size,
     metaworld_task,
+    state_of,
 )
 
 INSTALL_HINT = ("the MetaWorld adapter needs metaworld: pip install 'prismatic_tr[metaworld]' (bash "
@@ -135,8 +136,8 @@ def make_renderer(env: Any, image_size: int, shadows: bool = RENDER_SHADOWS) -> 
 @dataclass(frozen=True)
 class MetaWorldObservation:
     """What a policy sees: ``image`` (third-person ``corner3``) and ``wrist_image`` (``gripperPOV``), each (S, S, 3)
-    uint8 (None when rendering is off or on demand), ``state`` (4,) float32 (effector xyz in metres, gripper opening 1 open /
-    0 closed), the ``instruction``; ``raw`` is MetaWorld's (39,) float64 observation (what the scripted experts read)."""
+    uint8 (None when rendering is off or on demand), ``state`` (7,) float32 (effector xyz in metres, gripper opening
+    1 open / 0 closed, the goal's xyz: :data:`~prismatic_tr.envs.metaworld.tasks.STATE_FIELDS`), the ``instruction``; ``raw`` is MetaWorld's (39,) float64 observation (what the scripted experts read)."""
 
     image: np.ndarray | None
     wrist_image: np.ndarray | None
@@ -209,7 +210,7 @@ class MetaWorldEnv:
         raw = self._raw
         if raw is None:
             raise RuntimeError("call reset(seed) first")
-        state = np.asarray(raw[:4], dtype=np.float32)
+        state = state_of(raw)
         drawn = self._renderer is not None and not self.on_demand
         frames = (self.render(THIRD_PERSON_CAMERA), self.render(WRIST_CAMERA)) if drawn else (None, None)
         return MetaWorldObservation(frames[0], frames[1], state, self.instruction, raw.copy())

@@ -2,13 +2,13 @@
 
     from prismatic_tr.envs.metaworld.episode import MetaWorldEpisode
     env = MetaWorldEpisode("pick-place-v3", seed=3_000_000)
-    obs = env.reset()                         # obs.third_person (corner3), obs.image (gripperPOV), obs.proprio (4,)
+    obs = env.reset()                         # obs.third_person (corner3), obs.image (gripperPOV), obs.proprio (7,)
     obs, reward, done, info = env.step(a)     # a (7,); info.outcome "running" / "success" / "timeout", info.steps
     env.close()
 
 What :func:`prismatic_tr.policy.closed_loop.run_episodes` reads of a tabletop episode (``make_episode(seed,
 third_person=True)``), with the same meanings: ``image`` the eye-in-hand camera, ``third_person`` the fixed one,
-``proprio`` the (4,) state, ``seed``, ``instruction``. Frames are drawn on demand: an observation renders its two
+``proprio`` the (7,) state, ``seed``, ``instruction``. Frames are drawn on demand: an observation renders its two
 cameras the first time one is read, and only while it is the episode's current observation (reading an older one
 is a ``RuntimeError``, never a frame of the wrong state). A policy that runs a chunk of 8 actions open loop reads
 one observation in 8, so the other 7 are never drawn (MetaWorld's rendering, not the physics, is most of a step's

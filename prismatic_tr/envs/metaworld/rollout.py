@@ -7,7 +7,7 @@
 The result is the tabletop task's :class:`prismatic_tr.envs.rollout.EpisodeResult`, so the same RLDS writer
 (:func:`prismatic_tr.envs.rlds.write_episodes` with ``third_person=True``) stores it in OFT's LIBERO layout:
 ``third_person_images`` the primary ``corner3`` frames, ``images`` the wrist (``gripperPOV``) frames, ``states``
-the (4,) float32 states, ``actions`` the policy's (7,) actions; ``kind`` is the task's name and ``target`` the
+the (7,) float32 states, ``actions`` the policy's (7,) actions; ``kind`` is the task's name and ``target`` the
 episode's object / goal vector as text.
 """
 

@@ -34,19 +34,27 @@ without either (``mujoco.Renderer``, pick-place-v3, 2026-11-26); a whole step wi
 shadows and ~250 ms with them, by ``expert_table(range(3), image_size=224, shadows=...)`` (:mod:`.rollout`), with
 another job on the other core.
 
-State (4,) float32: MetaWorld's observation vector ``obs[0:3]`` (the end effector's x, y, z in metres, world frame:
-x to the robot's right, y away from its base, z up) and ``obs[3]`` (the gripper's opening: the fingers' distance
-/ 0.1 m, clipped to [0, 1]: 1 open, 0 closed), as the tabletop task's state (effector xyz, gripper open 1).
+State (7,) float32 (``STATE_FIELDS``, :func:`state_of`): MetaWorld's observation vector ``obs[0:3]`` (the end
+effector's x, y, z in metres, world frame: x to the robot's right, y away from its base, z up), ``obs[3]`` (the
+gripper's opening: the fingers' distance / 0.1 m, clipped to [0, 1]: 1 open, 0 closed), as the tabletop task's
+state, then ``obs[-3:]``, the goal's x, y, z: what MetaWorld's goal-observable environments (the MT benchmarks')
+put in every observation. The goal is part of the state because a camera barely shows it: reach's, push's and
+pick-place's goal markers are spheres of a few pixels in a 224 px ``corner3`` frame, and a policy trained on the
+4-D state alone sent the hand to the same place whatever the goal (``benchmarks/metaworld_goal_reach.py``, README).
+Where a task's objects are (the puck, the peg, the door, the drawer, the window) only the cameras tell.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 THIRD_PERSON_CAMERA = "corner3"     # observation "image" (primary camera)
 WRIST_CAMERA = "gripperPOV"         # observation "wrist_image"
 DEFAULT_IMAGE_SIZE = 224            # frames are image_size x image_size RGB uint8
-STATE_DIM = 4                       # effector x, y, z (obs[0:3]) and gripper opening (obs[3])
+STATE_FIELDS = ("effector_x", "effector_y", "effector_z", "gripper_open", "goal_x", "goal_y", "goal_z")
+STATE_DIM = len(STATE_FIELDS)       # obs[0:3], obs[3], obs[-3:] (module docstring)
 METAWORLD_MAX_PATH_LENGTH = 500     # MetaWorld's own episode limit; no cap may exceed it
 RENDER_SHADOWS = False              # shadows cost 6x the render time on a CPU (module docstring)
 
@@ -89,3 +97,12 @@ def check_image_size(size: int) -> int:
         raise ValueError(f"image size {size!r} is not allowed; use an integer from 32 to 480 (MetaWorld's offscreen "
                          "buffer is 480 x 480)")
     return size
+
+
+def state_of(raw: np.ndarray) -> np.ndarray:
+    """(7,) float32 state (``STATE_FIELDS``) of MetaWorld's raw observation vector ``raw`` (39,): ``raw[0:4]`` and
+    the goal ``raw[-3:]``."""
+    raw = np.asarray(raw)
+    if raw.ndim != 1 or raw.shape[0] < 7:
+        raise ValueError(f"a MetaWorld observation vector is 1-D with the goal last (39,), not {raw.shape}")
+    return np.concatenate([raw[:4], raw[-3:]]).astype(np.float32)
