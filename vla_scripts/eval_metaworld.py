@@ -10,6 +10,10 @@ batch 1 on the first episode's first observation is timed for every setting roun
     python vla_scripts/eval_metaworld.py --vla_path outputs/metaworld_policy/policy
     python vla_scripts/eval_metaworld.py --vla_path P --settings "[none,vision:diverse:0.1@0.25]" --tasks "[reach-v3]"
 
+A cut-off run resumes: each finished (setting, task) job is journaled in ``--output_dir``'s ``episodes.jsonl``, and
+the same command again (or one with settings added) runs only the jobs missing for that checkpoint, split and
+episode count (``--resume false`` starts afresh); every setting is timed again in each run, interleaved.
+
 Writes ``results.json`` (one record per setting: per-task success with Wilson 95 % intervals and failed seeds, the
 mean over tasks, tokens, timings; the command and machine in ``meta``) and ``results.csv`` (one row per setting and
 task) into ``--output_dir``. Needs the metaworld extra and OSMesa (``METAWORLD=1 bash scripts/setup_env.sh``); never
@@ -37,6 +41,7 @@ from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, check_im
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
 
 PROG = "eval_metaworld.py"
+JOURNAL = "episodes.jsonl"  # in --output_dir: the finished (setting, task) jobs, so a cut-off table resumes
 CSV_COLUMNS = ["setting", "site", "reduction_ratio", "depth_fraction", "num_patches", "task", "episodes", "successes",
                "success_rate", "success_ci_low", "success_ci_high", "mean_steps", "predict_action_ms",
                "predict_action_speedup"]
@@ -59,6 +64,9 @@ class EvalMetaWorldConfig:
     num_threads: int = 0                     # torch threads (0: torch's default)
     workers: int = 2                         # processes running the episodes, the threads split among them (1: this
                                              #   process); timing always runs here, alone, before any episode
+    resume: bool = True                      # reuse the (setting, task) jobs --output_dir's episodes.jsonl journals
+                                             #   for the same checkpoint bytes, split, episodes, frames, batch and
+                                             #   chunk (false: start afresh, replacing it)
     progress: bool = True                    # progress bar
     # fmt: on
 
@@ -90,6 +98,18 @@ class EvalMetaWorldConfig:
             raise ValueError(f"--vla_path {str(self.vla_path)!r} is not a checkpoint directory (no config.json)")
         if self.output_dir.is_file():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
+        if self.resume:
+            from prismatic_tr.policy.job_journal import JobJournal
+
+            JobJournal.check(self.output_dir / JOURNAL, self.journal_identity())
+
+    def journal_identity(self) -> dict[str, Any]:
+        """What a journaled job's outcomes depend on besides its setting and task (the checkpoint by its bytes)."""
+        from prismatic_tr.policy.job_journal import checkpoint_fingerprint
+
+        return {"checkpoint_sha256": checkpoint_fingerprint(self.vla_path), "split": self.split,
+                "episodes": self.episodes, "unnorm_key": self.unnorm_key, "image_size": self.image_size,
+                "batch_size": self.batch_size, "execute_steps": self.execute_steps}
 
 
 def parse_config(args: Sequence[str] | None = None) -> EvalMetaWorldConfig:
@@ -149,6 +169,7 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
     from tqdm.auto import tqdm
 
     from prismatic_tr.bench.measure.devices import cpu_info
+    from prismatic_tr.policy.job_journal import JobJournal
     from prismatic_tr.policy.metaworld import evaluate_metaworld_settings
     from prismatic_tr.policy.metaworld_recipe import provenance
     from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
@@ -157,19 +178,28 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     vla, processor = load(cfg)
-    bar = tqdm(total=cfg.episodes * len(cfg.tasks) * len(cfg.setting_list), desc="episodes", disable=not cfg.progress)
+    journal = JobJournal(cfg.output_dir / JOURNAL, cfg.journal_identity(), resume=cfg.resume)
+    labels = [s.label for s in cfg.setting_list]
+    reused = len(cfg.setting_list) * len(cfg.tasks) - len(journal.missing(labels, cfg.tasks))
+    if reused:
+        print(f"resuming: {reused} of {len(labels) * len(cfg.tasks)} (setting, task) jobs journaled in "
+              f"{cfg.output_dir / JOURNAL} since {journal.started_utc} UTC are reused; every setting is timed again")
+    bar = tqdm(total=cfg.episodes * len(cfg.tasks) * len(cfg.setting_list), initial=reused * cfg.episodes,
+               desc="episodes", disable=not cfg.progress)
     with contextlib.ExitStack() as stack:
         workers = (stack.enter_context(MetaWorldWorkers(cfg.vla_path, cfg.workers)) if cfg.workers > 1 else None)
         records = evaluate_metaworld_settings(vla, processor, cfg.setting_list, cfg.tasks, cfg.split, cfg.episodes,
                                               cfg.unnorm_key, cfg.image_size, cfg.batch_size, cfg.execute_steps,
                                               cfg.timing_runs, on_episode=lambda label, o: bar.update(),
-                                              workers=workers)
+                                              workers=workers, on_job=journal.record, done=journal.done)
     bar.close()
     print(table(records))
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     meta = {"command": " ".join(["python", "vla_scripts/eval_metaworld.py", *sys.argv[1:]]),
             "model": str(cfg.vla_path), **provenance(cfg.vla_path), "split": cfg.split,
             "episodes_per_task": cfg.episodes,
+            "journal": {"path": str(cfg.output_dir / JOURNAL), "started_utc": journal.started_utc,
+                        "jobs_reused": reused, "jobs": len(labels) * len(cfg.tasks)},
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
             "torch_threads": torch.get_num_threads(), "episode_workers": cfg.workers,

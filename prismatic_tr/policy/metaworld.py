@@ -15,7 +15,7 @@ them, on environments a task's batches reuse (:class:`~prismatic_tr.envs.metawor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,13 +100,18 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
                                 batch_size: int = 10, execute_steps: int | None = None, timing_repeats: int = 10,
                                 timing_warmup: int = 2,
                                 on_episode: Callable[[str, EpisodeOutcome], None] | None = None,
-                                workers: Any = None) -> list[dict[str, Any]]:
+                                workers: Any = None,
+                                on_job: Callable[[str, str, list[EpisodeOutcome]], None] | None = None,
+                                done: Mapping[tuple[str, str], list[EpisodeOutcome]] | None = None,
+                                ) -> list[dict[str, Any]]:
     """One record per setting (the unreduced baseline first; ValueError otherwise): the same ``episodes`` seeds of
     ``split`` for every task, success per task with its Wilson interval, the mean over tasks, the visual tokens
     the language model gets (and keeps past the llm site's cut), and ``predict_action`` medians at batch 1 with
     the speedup over the baseline (timed first, interleaved; None with ``timing_repeats=0``). ``workers``: a
     :class:`~prismatic_tr.policy.metaworld_workers.MetaWorldWorkers` holding the same checkpoint runs the episodes
-    (``vla`` then only counts tokens and is timed, alone, before any episode starts)."""
+    (``vla`` then only counts tokens and is timed, alone, before any episode starts). ``done``: the outcomes of
+    (setting label, task) jobs an earlier run finished (a :class:`~prismatic_tr.policy.job_journal.JobJournal`'s),
+    reused instead of run; ``on_job(label, task, outcomes)`` as each other job finishes (to journal it)."""
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import split_seeds
     from prismatic_tr.policy.evaluate import llm_visual_tokens
@@ -117,22 +122,13 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
     seeds = split_seeds(split, episodes, splits=METAWORLD_SPLITS)
     timing = (time_metaworld_settings(vla, processor, settings, tasks[0], seeds[0], unnorm_key, image_size,
                                       timing_warmup, timing_repeats) if timing_repeats > 0 else None)
-    pooled = None
-    if workers is not None:
-        def on_job(label: str, task: str, outcomes: list[EpisodeOutcome]) -> None:
-            for o in outcomes:
-                on_episode(label, o)
-
-        pooled = workers.run([s.label for s in settings], tasks, split, episodes, unnorm_key, image_size, batch_size,
-                             execute_steps, on_job=on_job if on_episode else None)
+    runs = run_metaworld_jobs(vla, processor, settings, tasks, split, episodes, unnorm_key, image_size, batch_size,
+                              execute_steps, on_episode, workers, on_job, done)
     records = []
     for s in settings:
         with reductions_attached(vla, s.reductions(0)):
             tokens = visual_token_count(vla)
-            outcomes = pooled[s.label] if pooled is not None else run_metaworld(
-                vla, processor, tasks, split, episodes, unnorm_key, image_size, batch_size, execute_steps,
-                on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)
-        record = metaworld_record(outcomes, split)
+        record = metaworld_record(runs[s.label], split)
         first = s.parts[0] if s.parts else s
         stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
         records.append({
@@ -148,3 +144,42 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
     for rec in records:
         rec["predict_action_speedup"] = base / rec["predict_action_ms"] if base is not None else None
     return records
+
+
+def run_metaworld_jobs(vla: nn.Module, processor: object, settings: Sequence[Any], tasks: Sequence[str], split: str,
+                       episodes: int, unnorm_key: str, image_size: int = 224, batch_size: int = 10,
+                       execute_steps: int | None = None,
+                       on_episode: Callable[[str, EpisodeOutcome], None] | None = None, workers: Any = None,
+                       on_job: Callable[[str, str, list[EpisodeOutcome]], None] | None = None,
+                       done: Mapping[tuple[str, str], list[EpisodeOutcome]] | None = None,
+                       ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
+    """``{setting label: {task: outcomes}}``: every (setting, task) job not in ``done``, run by ``workers`` or here
+    with the setting attached for its jobs alone; ``on_job`` and ``on_episode`` as in
+    :func:`evaluate_metaworld_settings`."""
+    from prismatic_tr.vla import reductions_attached
+
+    done = dict(done or {})
+
+    def finished(label: str, task: str, outcomes: list[EpisodeOutcome], from_worker: bool) -> None:
+        if from_worker and on_episode is not None:  # a worker reports a job's episodes when the job ends
+            for o in outcomes:
+                on_episode(label, o)
+        if on_job is not None:
+            on_job(label, task, outcomes)
+
+    if workers is not None:
+        return workers.run([s.label for s in settings], tasks, split, episodes, unnorm_key, image_size, batch_size,
+                           execute_steps, on_job=lambda label, task, o: finished(label, task, o, True), done=done)
+    runs: dict[str, dict[str, list[EpisodeOutcome]]] = {}
+    for s in settings:
+        runs[s.label] = {}
+        for task in tasks:
+            if (s.label, task) in done:
+                runs[s.label][task] = done[s.label, task]
+                continue
+            with reductions_attached(vla, s.reductions(0)):
+                runs[s.label][task] = run_metaworld(
+                    vla, processor, [task], split, episodes, unnorm_key, image_size, batch_size, execute_steps,
+                    on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None)[task]
+            finished(s.label, task, runs[s.label][task], False)
+    return runs

@@ -18,7 +18,7 @@ use ``workers=1``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -83,9 +83,11 @@ class MetaWorldWorkers:
     def run(self, settings: Sequence[str], tasks: Sequence[str], split: str, episodes: int, unnorm_key: str,
             image_size: int = 224, batch_size: int = 10, execute_steps: int | None = None, seed: int = 0,
             on_job: Callable[[str, str, list[EpisodeOutcome]], None] | None = None,
+            done: Mapping[tuple[str, str], list[EpisodeOutcome]] | None = None,
             ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
-        """``{setting: {task: outcomes}}`` (both in the order given) for every pair, run as one job each;
-        ``on_job(setting, task, outcomes)`` as each finishes. Settings and tasks are checked before any job."""
+        """``{setting: {task: outcomes}}`` (both in the order given) for every pair, run as one job each unless
+        ``done`` (a :class:`~prismatic_tr.policy.job_journal.JobJournal`'s) holds it already; ``on_job(setting,
+        task, outcomes)`` as each job finishes. Settings and tasks are checked before any job."""
         from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
         from prismatic_tr.envs.metaworld.tasks import check_image_size, metaworld_task
         from prismatic_tr.envs.splits import split_seeds
@@ -99,12 +101,13 @@ class MetaWorldWorkers:
             metaworld_task(task)
         check_image_size(image_size)
         split_seeds(split, episodes, splits=METAWORLD_SPLITS)
+        results = {pair: list(outcomes) for pair, outcomes in (done or {}).items()}
         futures = {self._pool.submit(_run_job, s, task, split, episodes, unnorm_key, image_size, batch_size,
-                                     execute_steps, seed): (s, task) for s in settings for task in tasks}
-        done: dict[tuple[str, str], list[EpisodeOutcome]] = {}
+                                     execute_steps, seed): (s, task)
+                   for s in settings for task in tasks if (s, task) not in results}
         for future in as_completed(futures):
             s, task = futures[future]
-            done[s, task] = future.result()
+            results[s, task] = future.result()
             if on_job is not None:
-                on_job(s, task, done[s, task])
-        return {s: {task: done[s, task] for task in tasks} for s in settings}
+                on_job(s, task, results[s, task])
+        return {s: {task: results[s, task] for task in tasks} for s in settings}
