@@ -23,6 +23,13 @@ EXIT_BAD_INPUT = 2  # a flag or input was rejected before any work
 EXIT_NOISY = 3  # benchmark.py --strict: the run finished but rows were flagged as noisy
 
 
+def check_int_flag(name: str, value: Any, low: int) -> None:
+    """ValueError ``--<name> <value> is not allowed; use an integer >= <low>`` unless ``value`` is such an integer
+    (a bool is not)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+
+
 def value_error_in(exc: BaseException) -> ValueError | None:
     """The ValueError that ``exc`` is or wraps (draccus wraps errors raised in ``__post_init__``), or None."""
     cause: BaseException | None = exc

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.cli import parse_config_or_exit, run_command
+from prismatic_tr.cli import check_int_flag, parse_config_or_exit, run_command
 from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, check_image_size, metaworld_task
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
 
@@ -76,9 +76,7 @@ class EvalMetaWorldConfig:
         from prismatic_tr.vla.spec import parse_setting
 
         for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 0), ("num_threads", 0), ("workers", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+            check_int_flag(name, getattr(self, name), low)
         if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
                                                not isinstance(self.execute_steps, int) or self.execute_steps < 1):
             raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer >= 1 (at most "

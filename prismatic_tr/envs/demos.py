@@ -93,10 +93,10 @@ class DemoConfig:
 def check_dataset_flags(cfg: Any, minimums: dict[str, int]) -> None:
     """Check a demonstration config's flags (ValueError naming the flag): each integer field in ``minimums`` at least
     its minimum, ``dataset_name`` a tfds name, ``output_dir`` not a file (made a Path)."""
+    from prismatic_tr.cli import check_int_flag
+
     for name, low in minimums.items():
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
+        check_int_flag(name, getattr(cfg, name), low)
     if not _NAME_RE.match(cfg.dataset_name):
         raise ValueError(f"--dataset_name {cfg.dataset_name!r} is not allowed; use lower-case letters, "
                          "digits and _ , starting with a letter")

@@ -44,6 +44,27 @@ def llm_visual_tokens(setting: Setting, projector_tokens: int) -> int:
     return num_kept(projector_tokens, llm.reduction_ratio) if llm is not None else projector_tokens
 
 
+def setting_fields(setting: Setting, tokens: int, timing: dict[str, Any] | None) -> dict[str, Any]:
+    """What a table row says of its setting besides success: label, site(s), the first part's ratio and depth, the
+    visual tokens (``tokens``: the projector's; and past the llm site's cut), and ``predict_action``'s median, p10
+    and p90 from ``timing`` (``{label: TimingStats}``; None: not timed)."""
+    first = setting.parts[0] if setting.parts else setting
+    stats = timing[setting.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
+    return {"setting": setting.label, "site": "+".join(p.site for p in setting.parts) or "none",
+            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
+            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(setting, tokens),
+            "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
+            "predict_action_ms_p90": stats["p90"]}
+
+
+def add_speedups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``predict_action_speedup`` on every record: the first (the baseline's) median over its own (None untimed)."""
+    base = records[0]["predict_action_ms"]
+    for rec in records:
+        rec["predict_action_speedup"] = base / rec["predict_action_ms"] if base is not None else None
+    return records
+
+
 def time_settings(vla: nn.Module, processor: Any, settings: Sequence[Setting], unnorm_key: str,
                   config: TaskConfig | None, seed: int, warmup: int, repeats: int) -> dict[str, Any]:
     """``predict_action`` at batch 1 per setting, interleaved; ``{label: TimingStats}`` (an OFT model: one chunk
@@ -85,18 +106,7 @@ def evaluate_settings(
             outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
                                     on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None,
                                     execute_steps=execute_steps)
-        first = s.parts[0] if s.parts else s
-        stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
-        records.append({
-            "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
-            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
-            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens), "cut": cut,
-            **dataclasses.asdict(SuccessSummary.of(outcomes)),
-            **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()},
-            "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
-            "predict_action_ms_p90": stats["p90"],
-        })
-    base = records[0]["predict_action_ms"]
-    for rec in records:
-        rec["predict_action_speedup"] = base / rec["predict_action_ms"] if base is not None else None
-    return records
+        records.append({"method": s.family, **setting_fields(s, tokens, timing), "cut": cut,
+                        **dataclasses.asdict(SuccessSummary.of(outcomes)),
+                        **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()}})
+    return add_speedups(records)

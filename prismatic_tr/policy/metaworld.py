@@ -114,7 +114,7 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
     reused instead of run; ``on_job(label, task, outcomes)`` as each other job finishes (to journal it)."""
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import split_seeds
-    from prismatic_tr.policy.evaluate import llm_visual_tokens
+    from prismatic_tr.policy.evaluate import add_speedups, setting_fields
     from prismatic_tr.vla import reductions_attached, visual_token_count
 
     if not settings or not settings[0].is_baseline:
@@ -129,21 +129,10 @@ def evaluate_metaworld_settings(vla: nn.Module, processor: object, settings: Seq
         with reductions_attached(vla, s.reductions(0)):
             tokens = visual_token_count(vla)
         record = metaworld_record(runs[s.label], split)
-        first = s.parts[0] if s.parts else s
-        stats = timing[s.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
-        records.append({
-            "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
-            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
-            "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens), "mean_success_rate": record["mean_success_rate"],
-            "successes": sum(t["successes"] for t in record["tasks"].values()),
-            "episodes": sum(t["episodes"] for t in record["tasks"].values()), "tasks": record["tasks"],
-            "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
-            "predict_action_ms_p90": stats["p90"],
-        })
-    base = records[0]["predict_action_ms"]
-    for rec in records:
-        rec["predict_action_speedup"] = base / rec["predict_action_ms"] if base is not None else None
-    return records
+        records.append({**setting_fields(s, tokens, timing), "mean_success_rate": record["mean_success_rate"],
+                        "successes": sum(t["successes"] for t in record["tasks"].values()),
+                        "episodes": sum(t["episodes"] for t in record["tasks"].values()), "tasks": record["tasks"]})
+    return add_speedups(records)
 
 
 def run_metaworld_jobs(vla: nn.Module, processor: object, settings: Sequence[Any], tasks: Sequence[str], split: str,

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
 from prismatic_tr.envs.metaworld.tasks import (
     DEFAULT_IMAGE_SIZE,
@@ -49,11 +50,6 @@ from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 
 DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
 NUM_IMAGES = 2               # corner3 and gripperPOV
-
-
-def _int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
 
 
 @dataclass
@@ -96,7 +92,7 @@ class MetaWorldPolicyTrainConfig:
         for name, low in (("episodes_per_task", 1), ("batch_size", 1), ("max_steps", 1), ("lr_warmup_steps", 0),
                           ("seed", 0), ("save_steps", 1), ("select_episodes", 0), ("test_episodes", 1),
                           ("eval_batch_size", 1), ("eval_workers", 1), ("chunk", 1), ("image_size", 32)):
-            _int(name, getattr(self, name), low)
+            check_int_flag(name, getattr(self, name), low)
         if not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"--tasks {self.tasks!r} is not allowed; name each task once, from {list(MT10)}")
         for task in self.tasks:
@@ -200,19 +196,15 @@ def evaluate(checkpoint: Path, split: str, episodes: int, cfg: MetaWorldPolicyTr
 def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
     """The checkpoint with the most successes over ``cfg.select_episodes`` validation episodes of every task (ties:
     the later step)."""
-    steps = sorted(checkpoints)
-    if cfg.select_episodes == 0 or len(steps) == 1:
-        return checkpoints[steps[-1]], {"episodes_per_task": 0, "rule": "the last step's checkpoint"}
-    scores = []
-    for s in steps:
-        record = evaluate(checkpoints[s], VALIDATION, cfg.select_episodes, cfg)
-        scores.append({"step": s, "checkpoint": str(checkpoints[s]), "mean_success_rate": record["mean_success_rate"],
-                       "successes": sum(t["successes"] for t in record["tasks"].values()),
-                       "per_task": {k: t["successes"] for k, t in record["tasks"].items()}, "wall_s": record["wall_s"]})
-    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
-    return checkpoints[steps[best]], {"episodes_per_task": cfg.select_episodes, "split": VALIDATION,
-                                      "rule": "most validation successes over the tasks, ties to the later step",
-                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
+    from prismatic_tr.policy.oft_recipe import choose_checkpoint
+
+    def score(checkpoint: Path) -> dict[str, Any]:
+        record = evaluate(checkpoint, VALIDATION, cfg.select_episodes, cfg)
+        return {"mean_success_rate": record["mean_success_rate"],
+                "successes": sum(t["successes"] for t in record["tasks"].values()),
+                "per_task": {k: t["successes"] for k, t in record["tasks"].items()}, "wall_s": record["wall_s"]}
+
+    return choose_checkpoint(checkpoints, cfg.select_episodes, score, "episodes_per_task", " over the tasks")
 
 
 def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:

@@ -27,22 +27,19 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_ranges, split_seeds
 from prismatic_tr.policy.bundled import OFT_UNNORM_KEY as DATASET  # demonstrations' dataset name = unnorm_key
 from prismatic_tr.policy.recipe_config import check_written_demos
 
 CURVE = "training_curve.csv"
-
-
-def _int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= {low}")
 
 
 def check_training_flags(cfg: Any) -> None:
@@ -120,7 +117,7 @@ class OFTPolicyTrainConfig:
         for name, low in (("num_episodes", 1), ("demo_seed", 0), ("batch_size", 1), ("max_steps", 1),
                           ("lr_warmup_steps", 0), ("seed", 0), ("save_steps", 1), ("select_episodes", 0),
                           ("eval_episodes", 1), ("test_episodes", 1), ("eval_batch_size", 1), ("chunk", 1)):
-            _int(name, getattr(self, name), low)
+            check_int_flag(name, getattr(self, name), low)
         if self.num_images not in (1, 2):
             raise ValueError(f"--num_images {self.num_images!r} is not allowed; use 1 (third-person) or 2 (and the "
                              "eye-in-hand camera)")
@@ -243,18 +240,25 @@ def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data
     return result
 
 
+def choose_checkpoint(checkpoints: dict[int, Path], episodes: int, score: Callable[[Path], dict[str, Any]],
+                      count_key: str = "episodes", over: str = "") -> tuple[Path, dict[str, Any]]:
+    """The checkpoint whose ``score(path)`` (a dict with ``successes``, kept in the record) is highest over
+    ``episodes`` validation episodes, ties to the later step; the last step's without scoring when ``episodes`` is
+    0 or there is one checkpoint. Returns it and the selection record (``count_key``: the episodes' key)."""
+    steps = sorted(checkpoints)
+    if episodes == 0 or len(steps) == 1:
+        return checkpoints[steps[-1]], {count_key: 0, "rule": "the last step's checkpoint"}
+    scores = [{"step": s, "checkpoint": str(checkpoints[s]), **score(checkpoints[s])} for s in steps]
+    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
+    return checkpoints[steps[best]], {count_key: episodes, "split": VALIDATION,
+                                      "rule": f"most validation successes{over}, ties to the later step",
+                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
+
+
 def choose(cfg: OFTPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
     """The checkpoint with the most successes on ``cfg.select_episodes`` validation episodes (ties: the later)."""
-    steps = sorted(checkpoints)
-    if cfg.select_episodes == 0 or len(steps) == 1:
-        return checkpoints[steps[-1]], {"episodes": 0, "rule": "the last step's checkpoint"}
-    scores = [{"step": s, "checkpoint": str(checkpoints[s]),
-               "successes": evaluate(checkpoints[s], VALIDATION, cfg.select_episodes, cfg)["successes"]}
-              for s in steps]
-    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
-    return checkpoints[steps[best]], {"episodes": cfg.select_episodes, "split": VALIDATION,
-                                      "rule": "most validation successes, ties to the later step",
-                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
+    return choose_checkpoint(checkpoints, cfg.select_episodes, lambda c: {
+        "successes": evaluate(c, VALIDATION, cfg.select_episodes, cfg)["successes"]})
 
 
 def run_recipe(cfg: OFTPolicyTrainConfig) -> dict[str, Any]:
