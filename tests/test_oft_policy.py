@@ -142,6 +142,62 @@ def test_the_oft_model_takes_its_bases_modules_and_trains_on_the_inference_pass(
     assert not any(p.requires_grad for p in vla.parameters())
 
 
+def test_a_cut_off_training_resumes_to_the_weights_an_unbroken_one_reaches(demos: Path, base: Path,
+                                                                           tmp_path: Path) -> None:
+    """6 steps unbroken vs. killed after step 4 (the last state at step 3) and resumed from that state on the
+    batches after the third: the same weights bit for bit, the same curve and checkpoints."""
+    from prismatic_tr.policy.train_state import load_train_state
+
+    openvla, processor = load_vla(base)
+    stats = oft_statistics(OFTChunkSource(demos, DATASET, chunk=8, num_images=2), DATASET)
+    transform, steps = OFTChunkTransform(processor, stats[DATASET]), steps_of(demos)
+    collate = OFTCollator(int(processor.tokenizer.pad_token_id))
+    data = [collate([transform(steps[i]), transform(steps[i + 1])]) for i in range(0, 12, 2)]
+    identity = {"learning_rate": 2e-3}
+
+    def run(out: Path, batches: Any, start: Any = None) -> Any:
+        vla = oft_from_openvla(openvla, SETTINGS, seed=3)
+        result = train_oft(vla, batches, 6, lambda step: 1.0 - step / 6, 2e-3, out / "checkpoints", 3,
+                           lambda path: None, freeze_vision=False, log_every=2, start=start,
+                           state_path=out / "train_state.pt", identity=identity)
+        return vla, result
+
+    whole, whole_result = run(tmp_path / "whole", iter(data))
+
+    def killed_after_four() -> Any:
+        yield from data[:4]
+        raise KeyboardInterrupt  # the process dies while training step 5
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", killed_after_four())
+    state = load_train_state(tmp_path / "cut" / "train_state.pt", identity)
+    assert state["step"] == 3 and [int(r["step"]) for r in state["history"]] == [1, 2, 3]
+    resumed, resumed_result = run(tmp_path / "cut", iter(data[3:]), start=state)
+    mine, theirs = resumed.state_dict(), whole.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert [(r["step"], r["loss"], r["lr"]) for r in resumed_result.history] == \
+        [(r["step"], r["loss"], r["lr"]) for r in whole_result.history]
+    assert sorted(resumed_result.checkpoints) == [3, 6]
+    with pytest.raises(ValueError, match="learning_rate: 0.002 there, 0.001 here"):
+        load_train_state(tmp_path / "cut" / "train_state.pt", {"learning_rate": 1e-3})
+
+
+def test_skipping_examples_continues_the_order_of_an_unbroken_pass(demos: Path) -> None:
+    from prismatic_tr.data import RLDSIterableDataset
+
+    def examples(skip: int) -> list[dict[str, Any]]:
+        source = OFTChunkSource(demos, DATASET, chunk=8, num_images=2)
+        it = iter(RLDSIterableDataset(source, lambda step: step, shuffle_buffer_size=50, seed=4, skip=skip))
+        return [next(it) for _ in range(12)]
+
+    whole, skipped = examples(0), examples(5)
+    assert len({bytes(np.asarray(e["actions"]).tobytes()) for e in whole}) > 1  # distinct examples to tell apart
+    assert all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+               for a, b in zip(whole[5:], skipped[:7], strict=True))
+    with pytest.raises(ValueError, match="skip=-1"):
+        RLDSIterableDataset(OFTChunkSource(demos, DATASET), lambda s: s, skip=-1)
+
+
 class CountingOFT:
     """Counts predict_action calls of an OFT model (everything else passes through)."""
 
@@ -204,6 +260,15 @@ def test_one_command_trains_chooses_on_validation_and_evaluates(demos: Path, bas
     with pytest.raises(SystemExit):
         eval_policy.main(eval_policy.parse_config(["--vla_path", str(tmp_path / "installed"), "--execute_steps", "9",
                                                    "--episodes", "1", "--methods", "[]"]))
+
+    # the same command again finds the finished training state: nothing is trained twice, the record is the same
+    again = train_oft_policy.main(train_oft_policy.parse_config(argv))
+    assert again["training"] == record["training"] and again["checkpoint"] == record["checkpoint"]
+    # other training flags are refused before any work; --resume false starts afresh
+    with pytest.raises(SystemExit) as exc:
+        train_oft_policy.parse_config([*argv, "--learning_rate", "1e-3"])
+    assert exc.value.code == 2
+    assert train_oft_policy.parse_config([*argv, "--learning_rate", "1e-3", "--resume", "false"]).resume is False
 
 
 @pytest.mark.parametrize("argv, match", [

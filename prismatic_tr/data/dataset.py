@@ -30,6 +30,8 @@ class RLDSIterableDataset(IterableDataset):
         rank, world_size: this process's share of the steps (step i goes to rank i % world_size).
         seed: shuffle seed; rank ``r`` uses ``seed + r``. The same seed gives the same order on every new
             iterator (tf.data would otherwise share one seed generator between datasets with equal seeds).
+        skip: examples passed over first, before they are decoded (cheap): a resumed training run skips those the
+            interrupted one used, and goes on with the order an unbroken run would have.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class RLDSIterableDataset(IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         seed: int = 7,
+        skip: int = 0,
     ) -> None:
         super().__init__()
         if shuffle_buffer_size < 1:
@@ -48,7 +51,10 @@ class RLDSIterableDataset(IterableDataset):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.source, self.transform, self.train = source, transform, train
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise ValueError(f"skip={skip!r} is not allowed; use an integer >= 0")
         self.shuffle_buffer_size, self.rank, self.world_size, self.seed = shuffle_buffer_size, rank, world_size, seed
+        self.skip = skip
 
     def tf_dataset(self) -> Any:
         """The tf.data pipeline of decoded steps for this rank."""
@@ -57,6 +63,8 @@ class RLDSIterableDataset(IterableDataset):
             ds = ds.repeat()
         if self.shuffle_buffer_size > 1:
             ds = ds.shuffle(self.shuffle_buffer_size, seed=self.seed + self.rank, reshuffle_each_iteration=False)
+        if self.skip:
+            ds = ds.skip(self.skip)
         return self.source.decode(ds).prefetch(2)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

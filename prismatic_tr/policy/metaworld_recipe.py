@@ -82,11 +82,13 @@ class MetaWorldPolicyTrainConfig:
     eval_batch_size: int = 10                  # episodes of a task run in lockstep
     eval_workers: int = 2                      # processes running the closed loops (torch threads split among them)
     bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
+    resume: bool = True                        # continue the training state an earlier run with the same training
+                                               #   flags left in output_dir (false: start afresh)
     progress: bool = True                      # progress bars
     # fmt: on
 
     def __post_init__(self) -> None:
-        from prismatic_tr.policy.oft_recipe import check_training_flags
+        from prismatic_tr.policy.oft_recipe import check_resumable, check_training_flags
 
         self.output_dir = Path(self.output_dir)
         for name, low in (("episodes_per_task", 1), ("batch_size", 1), ("max_steps", 1), ("lr_warmup_steps", 0),
@@ -122,6 +124,7 @@ class MetaWorldPolicyTrainConfig:
                                  "policy trained on these demonstrations")
         for split, n in ((VALIDATION, self.select_episodes or 1), (TEST, self.test_episodes)):
             split_seeds(split, n, splits=METAWORLD_SPLITS)
+        check_resumable(self)
 
     def demo_config(self) -> Any:
         """The :class:`~prismatic_tr.envs.metaworld.demos.MetaWorldDemoConfig` of the demonstrations it writes."""

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from prismatic_tr.models.oft import NativeOpenVLAOFT, oft_config_from, predict_chunk
 from prismatic_tr.models.oft_config import OFTSettings
+from prismatic_tr.policy.train_state import STATE_EVERY, restore_train_state, save_train_state
 
 logger = logging.getLogger("prismatic_tr.training")
 SHARED = ("vision_backbone", "projector", "language_model")  # the modules an OFT model takes from its OpenVLA base
@@ -66,11 +68,16 @@ def trainable_modules(vla: NativeOpenVLAOFT, freeze_vision: bool) -> list[nn.Mod
 def train_oft(vla: NativeOpenVLAOFT, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr_factor: Callable[[int], float],
               learning_rate: float, save_dir: Path, save_every: int, save: Callable[[Path], None],
               freeze_vision: bool = True, autocast: bool = False, weight_decay: float = 0.0,
-              log_every: int = 50) -> OFTTrainResult:
+              log_every: int = 50, start: Mapping[str, Any] | None = None, state_path: Path | None = None,
+              identity: Mapping[str, Any] | None = None) -> OFTTrainResult:
     """AdamW on the L1 loss for ``steps`` steps (learning rate ``learning_rate * lr_factor(step)``); every
     ``save_every`` steps and at the last one ``save(save_dir / f"step_{n}")`` writes a checkpoint.
 
-    Towers frozen (``freeze_vision``): their parameters get no gradient and they run in eval mode."""
+    Towers frozen (``freeze_vision``): their parameters get no gradient and they run in eval mode.
+
+    Resuming (:mod:`prismatic_tr.policy.train_state`): ``start``, a state an earlier run wrote, restores weights,
+    optimizer, random state, curve and checkpoints and continues at its step (``batches`` must already skip the
+    examples that run used); ``state_path`` (with ``identity``) writes the state as training goes."""
     for p in vla.parameters():
         p.requires_grad_(False)
     modules = trainable_modules(vla, freeze_vision)
@@ -81,8 +88,15 @@ def train_oft(vla: NativeOpenVLAOFT, batches: Iterator[dict[str, torch.Tensor]],
     vla.train()
     if freeze_vision:
         vla.vision_backbone.eval()
-    result, pending, start = OFTTrainResult(), [], time.perf_counter()
-    for step in range(steps):
+    result, pending, first = OFTTrainResult(), [], 0
+    if start is not None:
+        first = restore_train_state(start, vla, optimizer)
+        result.history = list(start["history"])
+        result.checkpoints = {int(k): Path(v) for k, v in start["checkpoints"].items()}
+        logger.info("resuming at step %d of %d", first, steps)
+
+    t0 = time.perf_counter()
+    for step in range(first, steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * lr_factor(step)
         loss = l1_loss(vla, next(batches), autocast)
@@ -91,13 +105,14 @@ def train_oft(vla: NativeOpenVLAOFT, batches: Iterator[dict[str, torch.Tensor]],
         optimizer.zero_grad(set_to_none=True)
         pending.append((step + 1, loss.detach(), optimizer.param_groups[0]["lr"]))
         last = step + 1 == steps
-        if (step + 1) % log_every == 0 or last:
-            per_step = (time.perf_counter() - start) / len(pending)
+        keep = state_path is not None and ((step + 1) % STATE_EVERY == 0 or (step + 1) % save_every == 0 or last)
+        if (step + 1) % log_every == 0 or last or keep:  # the curve is written through before a state is kept
+            per_step = (time.perf_counter() - t0) / len(pending)
             for n, value, lr in pending:
                 result.history.append({"step": float(n), "loss": float(value), "lr": lr, "step_time_s": per_step})
             logger.info("oft step %d  loss %.4f  lr %.2e  %.2f s/step", step + 1, result.history[-1]["loss"],
                         result.history[-1]["lr"], per_step)
-            pending, start = [], time.perf_counter()
+            pending, t0 = [], time.perf_counter()
         if (step + 1) % save_every == 0 or last:
             vla.eval()
             path = save_dir / f"step_{step + 1}"
@@ -106,6 +121,8 @@ def train_oft(vla: NativeOpenVLAOFT, batches: Iterator[dict[str, torch.Tensor]],
             vla.train()
             if freeze_vision:
                 vla.vision_backbone.eval()
+        if keep:
+            save_train_state(state_path, step + 1, vla, optimizer, result.history, result.checkpoints, identity or {})
     vla.eval()
     for p in vla.parameters():
         p.requires_grad_(False)

@@ -42,6 +42,15 @@ from prismatic_tr.policy.recipe_config import check_written_demos
 CURVE = "training_curve.csv"
 
 
+def check_resumable(cfg: Any) -> None:
+    """With ``cfg.resume``, ValueError when ``<output_dir>``'s training state was left by other training flags
+    (named), so the command stops before any work instead of after writing demonstrations."""
+    from prismatic_tr.policy.train_state import STATE_FILE, load_train_state, training_identity
+
+    if cfg.resume:
+        load_train_state(cfg.output_dir / STATE_FILE, training_identity(cfg.to_record(), bf16_autocast(cfg)))
+
+
 def check_training_flags(cfg: Any) -> None:
     """The checks an OFT recipe's config shares (this one's and the MetaWorld one's): ``attention``,
     ``execute_steps`` within ``chunk``, ``learning_rate``, ``setting`` (parsed into ``cfg.parsed_setting``) and the
@@ -109,6 +118,8 @@ class OFTPolicyTrainConfig:
     eval_batch_size: int = 25                  # episodes run in lockstep
     bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
     install_dir: Path | None = None            # copy the chosen checkpoint and its records here
+    resume: bool = True                        # continue the training state an earlier run with the same training
+                                               #   flags left in output_dir (false: start afresh)
     progress: bool = True                      # progress bars
     # fmt: on
 
@@ -140,6 +151,7 @@ class OFTPolicyTrainConfig:
             split_seeds(split, n)
         if self.install_dir is not None:
             self.install_dir = Path(self.install_dir)
+        check_resumable(self)
 
     def autocast(self) -> bool:
         return bf16_autocast(self)
@@ -162,9 +174,11 @@ class OFTPolicyTrainConfig:
         return reductions_attached(vla, self.parsed_setting.reductions(self.seed))
 
 
-def batches(cfg: Any, data_root: Path, processor: Any, stats: dict[str, Any], dataset: str = DATASET) -> Any:
+def batches(cfg: Any, data_root: Path, processor: Any, stats: dict[str, Any], dataset: str = DATASET,
+            skip: int = 0) -> Any:
     """An endless iterator of collated training batches of ``dataset`` (shuffled with ``cfg.seed``; ``cfg`` has
-    ``chunk``, ``num_images``, ``batch_size``, ``seed`` and ``settings()``)."""
+    ``chunk``, ``num_images``, ``batch_size``, ``seed`` and ``settings()``), the first ``skip`` examples passed
+    over."""
     from torch.utils.data import DataLoader
 
     from prismatic_tr.data import RLDSIterableDataset
@@ -172,7 +186,8 @@ def batches(cfg: Any, data_root: Path, processor: Any, stats: dict[str, Any], da
 
     source = OFTChunkSource(data_root, dataset, "train", cfg.chunk, cfg.num_images)
     transform = OFTChunkTransform(processor, stats[dataset], cfg.settings().normalization)
-    dataset = RLDSIterableDataset(source, transform, train=True, shuffle_buffer_size=20_000, seed=cfg.seed)
+    dataset = RLDSIterableDataset(source, transform, train=True, shuffle_buffer_size=20_000, seed=cfg.seed,
+                                   skip=skip)
     pad = processor.tokenizer.pad_token_id
     return iter(DataLoader(dataset, batch_size=cfg.batch_size, num_workers=0, collate_fn=OFTCollator(int(pad))))
 
@@ -221,9 +236,12 @@ def start_policy(cfg: Any, data_root: Path, dataset: str) -> tuple[Any, Any, dic
 def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data_root: Path, dataset: str) -> Any:
     """AdamW on the L1 loss with ``cfg.parsed_setting`` attached (warm-up and cosine, a checkpoint of the VLA and
     the processor every ``cfg.save_steps`` under ``<output_dir>/checkpoints``); the curve written to
-    ``<output_dir>/training_curve.csv``; the :class:`~prismatic_tr.policy.oft_policy.OFTTrainResult`."""
+    ``<output_dir>/training_curve.csv``; the :class:`~prismatic_tr.policy.oft_policy.OFTTrainResult`. With
+    ``cfg.resume``, a state an earlier run of the same training flags left in ``<output_dir>`` is continued
+    (:mod:`prismatic_tr.policy.train_state`); the state is kept as training goes either way."""
     from prismatic_tr.policy.oft_policy import train_oft
     from prismatic_tr.policy.train import write_curve
+    from prismatic_tr.policy.train_state import STATE_FILE, load_train_state, training_identity
     from prismatic_tr.training.config import lr_factor
     from prismatic_tr.vla import reductions_attached
 
@@ -231,11 +249,17 @@ def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data
         vla.save_pretrained(path)
         processor.save_pretrained(path)
 
+    state_path, identity = cfg.output_dir / STATE_FILE, training_identity(cfg.to_record(), bf16_autocast(cfg))
+    start = load_train_state(state_path, identity) if cfg.resume else None
+    if start is None:
+        state_path.unlink(missing_ok=True)
     torch.manual_seed(cfg.seed)
     with reductions_attached(vla, cfg.parsed_setting.reductions(cfg.seed)):
-        result = train_oft(vla, batches(cfg, data_root, processor, stats, dataset), cfg.max_steps,
+        data = batches(cfg, data_root, processor, stats, dataset, skip=start["step"] * cfg.batch_size if start else 0)
+        result = train_oft(vla, data, cfg.max_steps,
                            lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
-                           cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, bf16_autocast(cfg))
+                           cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, bf16_autocast(cfg),
+                           start=start, state_path=state_path, identity=identity)
     write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
     return result
 
