@@ -217,6 +217,7 @@ def test_the_main_job_also_times_openvla_oft_with_its_settings():
     for flags in (["--full", "true"], ["--preset", "tiny"], ["--oft", "false"]):
         assert not benchmark.parse_config(flags).oft_rows(), flags
     assert benchmark.parse_config(["--preset", "tiny", "--oft", "true"]).for_oft().preset == "tiny-oft"
+    assert benchmark.parse_config(["--preset", "openvla-7b", "--oft", "true"]).for_oft().preset == "openvla-oft-7b"
 
 
 @pytest.mark.parametrize("flags", [["--preset", "tiny-oft", "--oft", "true"], ["--preset", "policy", "--oft", "true"]])

@@ -524,6 +524,22 @@ def test_openvla_7b_parameter_count_on_meta() -> None:
     assert 7.4e9 < total < 7.7e9 and vla.vision_backbone.embed_dim == 2176
 
 
+def test_openvla_oft_7b_is_openvla_7b_plus_oft_parts_on_meta() -> None:
+    from prismatic_tr.models import NativeOpenVLAOFT
+
+    with torch.device("meta"):
+        base, oft = build_vla("openvla-7b"), build_vla("openvla-oft-7b")
+    assert isinstance(oft, NativeOpenVLAOFT)
+    s = oft.config.oft_settings
+    assert (s.num_images_in_input, s.proprio_dim, s.num_actions_chunk, s.action_dim) == (2, 8, 8, 7)
+    shared = sum(x.numel() for x in base.parameters())
+    extra = sum(x.numel() for x in oft.parameters()) - shared
+    # the proprio projector and the L1 head on Llama-2-7B's hidden size: tens to hundreds of millions, not billions
+    assert 1e7 < extra < 5e8
+    assert sum(x.numel() for x in oft.language_model.parameters()) == sum(
+        x.numel() for x in base.language_model.parameters())
+
+
 @pytest.mark.slow
 def test_cpu_bench_vision_features_bf16(one_thread: int) -> None:
     from prismatic_tr.models.init_utils import materialize_parameters_, parameters_on_meta

@@ -31,8 +31,9 @@ def build_vla(
     h64 x 2 layers, vocab 1024), "policy" (towers 64 wide x 6 deep, Llama h128 x 4 layers, vocab 1024: the
     size of the bundled trained policy), "cpu-bench" (real DINOv2-L / SigLIP-so400m, Llama h2048 x 8 layers, vocab
     32000 -> 32064), "openvla-7b" (real towers + Llama-2-7B sizes; build it under ``torch.device("meta")`` off
-    a GPU); the OpenVLA-OFT presets (:data:`~.oft_config.OFT_PRESETS`: "tiny-oft", "cpu-bench-oft") build a
-    :class:`NativeOpenVLAOFT` on the towers and Llama of "tiny" / "cpu-bench" (:func:`build_oft_vla`). The global
+    a GPU); the OpenVLA-OFT presets (:data:`~.oft_config.OFT_PRESETS`: "tiny-oft", "cpu-bench-oft",
+    "openvla-oft-7b") build a :class:`NativeOpenVLAOFT` on the towers and Llama of "tiny" / "cpu-bench" /
+    "openvla-7b" (:func:`build_oft_vla`). The global
     RNG state is left untouched. The small presets use timm's / transformers' own init; the big presets are
     materialised directly on ``device`` in ``dtype`` with N(0, 0.02) weights (see ``init_utils``).
     """

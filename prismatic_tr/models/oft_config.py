@@ -132,9 +132,11 @@ def synthetic_proprio_stats(dim: int) -> dict[str, list[Any]]:
 
 # OFT presets: name -> (the OpenVLA preset whose towers, projector and Llama it takes, its OFT settings). Both take two
 # 224 px images (third-person + wrist), proprio 8, a chunk of 8 x 7 actions and the L1 head (OFT's LIBERO setup).
+# "openvla-oft-7b" has OpenVLA-OFT-7B's sizes (random weights: for timing on a GPU, built off the meta device).
 OFT_PRESETS: dict[str, tuple[str, OFTSettings]] = {
     "tiny-oft": ("tiny", OFTSettings(num_images_in_input=2)),
     "cpu-bench-oft": ("cpu-bench", OFTSettings(num_images_in_input=2)),
+    "openvla-oft-7b": ("openvla-7b", OFTSettings(num_images_in_input=2)),
 }
 
 

@@ -43,7 +43,7 @@ FULL_SITE_SETTINGS = [
 SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
 # The OpenVLA-OFT twin of each preset (its towers and LLM, 2 images, proprio, one pass) that ``--oft`` times after
 # the preset's own rows; the main job (no --preset) times cpu-bench-oft.
-OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft"}
+OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft", "openvla-7b": "openvla-oft-7b"}
 # The main job's OpenVLA-OFT rows: one per site at the keeps that matter (the main job stays within 10 minutes on
 # an AVX2-only CPU, where both models run in float32); benchmarks/results/oft times every main setting.
 OFT_MAIN_SETTINGS = ["diverse:0.1", "vision:diverse:0.1@0.25", "llm:attention:0.5@0.25"]
@@ -74,7 +74,7 @@ def compact_twins(methods: list[str], ratios: list[float], specs: list[str]) -> 
 class BenchmarkConfig:
     # fmt: off
     full: bool = False                         # the full sweep (module docstring) instead of the main job's few settings
-    preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b | tiny-oft | cpu-bench-oft (OpenVLA-OFT: 2 images, proprio, one pass; default: cpu-bench on CPU, openvla-7b on GPU)
+    preset: str | None = None                  # reference model: tiny | cpu-bench | openvla-7b | tiny-oft | cpu-bench-oft | openvla-oft-7b (OpenVLA-OFT: 2 images, proprio, one pass; default: cpu-bench on CPU, openvla-7b on GPU)
     vision_backbone_id: str = "dinosiglip-vit-so-224px"  # dinosiglip-vit-so-224px | siglip-vit-so400m
     vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
     methods: list[str] | None = None           # projector-site methods x --ratios (default: the profile's; main: none)
@@ -99,7 +99,7 @@ class BenchmarkConfig:
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
     freeze: bool = False                       # with --compile: inductor's freezing (weights folded and pre-packed once; inference only)
-    oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny) with the same settings into <output_dir>/oft (null: in the main job, i.e. neither --full, --preset nor --vla_path)
+    oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny; openvla-oft-7b for openvla-7b) with the same settings into <output_dir>/oft (null: in the main job, i.e. neither --full, --preset nor --vla_path)
     # fmt: on
 
     def oft_rows(self) -> bool:

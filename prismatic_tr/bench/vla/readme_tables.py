@@ -7,7 +7,8 @@ test and validation episodes, adapter rows), ``selection/eval_test.json`` (100 t
 ``oft/{float32,bfloat16}/results.json`` (OpenVLA-OFT's rows on ``cpu-bench-oft`` in both dtypes),
 ``oft_frozen/{float32,bfloat16}/results.json`` (the same rows with every block compiled and frozen, ``--compile true
 --freeze true``), ``policy/oft/results.json`` (the main job's OpenVLA-OFT rows), ``metaworld/policy*/evaluation.json``
-(the MetaWorld policy's recipe runs: test success per task) and ``metaworld/table*/results.json`` (its reduction table).
+(the MetaWorld policy's recipe runs: test success per task), ``metaworld/table*/results.json`` (its reduction table)
+and ``gpu_h100/run2/b{1,8}/[oft/]results.json`` (OpenVLA-7B and OpenVLA-OFT-7B sizes on an H100, ``benchmarks/gpu``).
 Each table sits between ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in its README; everything
 between the markers is rewritten. Every speed called end to end is ``predict_action_speedup`` (the whole
 ``predict_action``, baseline interleaved); the phase-sum ``speedup`` is labelled "phase sum".
@@ -49,6 +50,10 @@ METAWORLD_POLICIES = {"first run (2000 steps)": RESULTS / "metaworld" / "policy"
 # eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
 # interleaved for the speed; the unreduced row shown is the first run's)
 METAWORLD_TABLES = RESULTS / "metaworld"
+# benchmarks/gpu/run_7b.sh on a lent H100 (random weights at the 7B sizes, bfloat16): batch -> model -> results file
+GPU_RUN = RESULTS / "gpu_h100" / "run2"
+GPU_FILES = {batch: {"OpenVLA-7B": GPU_RUN / f"b{batch}" / "results.json",
+                     "OpenVLA-OFT-7B": GPU_RUN / f"b{batch}" / "oft" / "results.json"} for batch in (1, 8)}
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
 
@@ -68,6 +73,7 @@ class Sources:
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
     metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
     metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
+    gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -82,7 +88,8 @@ class Sources:
                    oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
                    oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
                    metaworld_policies={label: _json(root / path) for label, path in METAWORLD_POLICIES.items()},
-                   metaworld_tables=[_json(p) for p in metaworld_table_files(root)])
+                   metaworld_tables=[_json(p) for p in metaworld_table_files(root)],
+                   gpu={b: {m: _json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()})
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -435,6 +442,38 @@ def metaworld_table(src: Sources) -> str:
     return "\n".join(_table(header, rows))
 
 
+def _gpu_cell(rec: dict[str, Any]) -> str:
+    """``45.8 ms, 0.98x*``: the whole predict_action's median and its speed-up (``*``: the row is flagged noisy)."""
+    return f"{rec['predict_action_ms']:.1f} ms, {end_to_end(rec)}"
+
+
+def _gpu_phases(rec: dict[str, Any]) -> str:
+    """The unreduced step's phases: towers and the LLM (OpenVLA: prefill + 7 decode steps; OFT: the one pass)."""
+    if "llm_ms" in rec:
+        return f"towers {rec['vision_ms']:.1f} ms, the one LLM pass {rec['llm_ms']:.1f} ms"
+    return f"towers {rec['vision_ms']:.1f} ms, prefill {rec['prefill_ms']:.1f} ms, 7 decode steps {rec['decode_ms']:.1f} ms"
+
+
+def gpu_table(src: Sources) -> str:
+    """README.md, "On a GPU": OpenVLA-7B and OpenVLA-OFT-7B at their real sizes (random weights) on an H100 in
+    bfloat16, eager PyTorch, at batch 1 and 8: the whole predict_action per setting, interleaved, and the phases."""
+    columns = [(b, m) for b in src.gpu for m in src.gpu[b]]
+    by_setting = {(b, m): {r["setting"] or "none": r for r in src.gpu[b][m]["records"]} for b, m in columns}
+    settings = list(by_setting[columns[0]])
+    rows = [[f"`{s}`", *(_gpu_cell(by_setting[c][s]) if s in by_setting[c] else "-" for c in columns)]
+            for s in settings]
+    header = ["Setting", *(f"{m}, batch {b}" for b, m in columns)]
+    meta = src.gpu[columns[0][0]][columns[0][1]]["meta"]
+    facts = ["", "Unreduced phases (medians): " + "; ".join(
+        f"{m} batch {b}: {_gpu_phases(by_setting[(b, m)]['none'])}" for b, m in columns) + ".",
+             "", f"Measured by `bash benchmarks/gpu/run_7b.sh OUT` on {meta['machine'].get('gpu')} "
+             f"(torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
+             f"{meta['date_utc'][:16]} UTC; {meta['config']['num_runs']} interleaved rounds after "
+             f"{meta['config']['warmup']} warm-up; `*`: the row is flagged noisy (spread or phase drift), not a result; "
+             f"results in `{GPU_RUN.as_posix()}/`."]
+    return "\n".join(_table(header, rows) + facts)
+
+
 # (README path relative to the root, table name, renderer)
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "main", main_table),
@@ -445,6 +484,7 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("benchmarks/results/policy/README.md", "oft", main_oft_table),
     ("README.md", "metaworld_policy", metaworld_policy_table),
     ("README.md", "metaworld", metaworld_table),
+    ("README.md", "gpu_h100", gpu_table),
 )
 
 
