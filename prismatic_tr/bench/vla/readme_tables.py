@@ -466,8 +466,8 @@ def gpu_table(src: Sources) -> str:
     meta = src.gpu[columns[0][0]][columns[0][1]]["meta"]
     facts = ["", "Unreduced phases (medians): " + "; ".join(
         f"{m} batch {b}: {_gpu_phases(by_setting[(b, m)]['none'])}" for b, m in columns) + ".",
-             "", f"Measured by `bash benchmarks/gpu/run_7b.sh OUT` on {meta['machine'].get('gpu')} "
-             f"(torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
+             "", f"Measured by `bash benchmarks/gpu/run_7b.sh OUT` on {meta['machine'].get('gpu')}, host "
+             f"{cpu_words(meta)} with {meta['machine'].get('cpu_count')} cores (torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
              f"{meta['date_utc'][:16]} UTC; {meta['config']['num_runs']} interleaved rounds after "
              f"{meta['config']['warmup']} warm-up; `*`: the row is flagged noisy (spread or phase drift), not a result; "
              f"results in `{GPU_RUN.as_posix()}/`."]
