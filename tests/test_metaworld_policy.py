@@ -73,6 +73,13 @@ def test_training_command_refuses_demonstrations_and_policies_of_another_state(t
     with pytest.raises(SystemExit) as exc:
         train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old)])
     assert exc.value.code == 2 and "takes a state of 4; MetaWorld episodes give 7" in capsys.readouterr().err
+    (old / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 7}}))   # OFT's zero slots
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old)])
+    assert exc.value.code == 2 and "has proprio_slots=False, not --proprio_slots True" in capsys.readouterr().err
+    cfg = train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old),
+                                               "--proprio_slots", "false", "--output_dir", str(tmp_path / "out")])
+    assert not cfg.settings().proprio_slots
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -179,6 +186,7 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     chosen = Path(record["policy"])
     assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "checkpoints"
     assert (chosen / "action_head--latest_checkpoint.pt").is_file()
+    assert json.loads((chosen / "config.json").read_text())["oft"]["proprio_slots"] is True   # the recipe's default
 
     table = tmp_path / "table"
     flags = ["--vla_path", str(chosen), "--settings", "[none,vision:diverse:0.5@0.25]", "--tasks", "[reach-v3]",

@@ -444,6 +444,39 @@ def test_loading_errors(saved, tmp_path, change, message):
         load_vla(out)
 
 
+def test_proprio_slots_give_every_slot_the_state_token(tmp_path):
+    """``proprio_slots``: the slots' inputs are the proprio token (OFT's are zero), so the state changes the actions
+    where OFT's model with the same weights differs; it survives a save and load, needs a state and is refused
+    without a proprio projector."""
+    vla = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_slots": True}, seed=3)
+    plain = build_oft_vla("tiny", oft={"num_images_in_input": 2}, seed=3)
+    assert vla.oft.proprio_slots and not plain.oft.proprio_slots
+    inputs, state = tiny_inputs(2), np.linspace(-1, 1, 8)
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        seen["x"] = kwargs.get("hidden_states", args[0] if args else None)
+
+    hook = vla.language_model.model.layers[0].register_forward_pre_hook(keep, with_kwargs=True)
+    actions = vla.predict_action(**inputs, proprio=state)
+    hook.remove()
+    token = vla.proprio_projector(torch.as_tensor(state, dtype=torch.float32)[None])
+    slots = seen["x"][0, -57:-1]  # the 56 slots before the stop token
+    torch.testing.assert_close(slots, token.expand(56, -1), rtol=0, atol=0)
+    assert np.abs(actions - plain.predict_action(**inputs, proprio=state)).max() > 1e-4
+    vla.save_pretrained(tmp_path)
+    build_processor(vla.config).save_pretrained(tmp_path)
+    loaded, _ = load_vla(tmp_path)
+    assert loaded.oft.proprio_slots
+    np.testing.assert_array_equal(loaded.predict_action(**inputs, proprio=state), actions)
+    with pytest.raises(ValueError, match="proprio is required"):
+        vla.predict_action(**inputs)
+    with pytest.raises(ValueError, match="proprio_slots=True needs a proprio state"):
+        OFTSettings(proprio_dim=None, proprio_slots=True)
+    with pytest.raises(ValueError, match="proprio_slots='yes'"):
+        OFTSettings(proprio_slots="yes")
+
+
 def test_oft_checkpoints_load_natively_only(saved):
     with pytest.raises(ValueError, match="OpenVLA-OFT checkpoint"):
         load_vla(saved[1], native=False)

@@ -8,7 +8,8 @@ tokens), ``chunk x action_dim`` action slots after the prompt, ONE language-mode
 ``[BOS, visual, proprio, prompt, slots, stop]`` (:mod:`.oft_pass`; causal, or bidirectional through an explicit
 4-D mask, :class:`~.oft_config.OFTSettings.attention`), and the actions read from the slots: OFT's L1-regression
 MLP head on their last hidden states, or the language model's argmax there mapped to OpenVLA's bins. FiLM and
-the diffusion head are not built. Visual tokens are counted from tensors, so a reduction before the language
+the diffusion head are not built. Ours, not OFT's: ``oft.proprio_slots`` feeds the proprio token to every action
+slot in place of OFT's zero embedding. Visual tokens are counted from tensors, so a reduction before the language
 model (``prismatic_tr.vla``'s projector and vision sites) needs nothing from this class.
 
 Persistence (:mod:`.oft_checkpoint`) uses OFT's layout: OpenVLA's ``config.json`` + safetensors for the VLA,
@@ -158,6 +159,9 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         """(B, V, llm_dim) projected visual tokens -> (B, V + 1, llm_dim) with the proprio token after them, or
         ``visual`` itself when ``proprio`` is None."""
         if proprio is None:
+            if self.oft.proprio_slots:
+                raise ValueError("this policy reads its state in the action slots (oft.proprio_slots=True): "
+                                 "proprio is required, and it is None")
             return visual
         projector = proprio_projector if proprio_projector is not None else self.proprio_projector
         if projector is None:
@@ -171,14 +175,18 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         """One language-model pass; returns the (B, S, D) last hidden states that predict the S action slots.
 
         ``prompt``: ids (B, L) real tokens first, the empty token already there; ``observation``: (B, V, D) from
-        :meth:`embed_observation`.
+        :meth:`embed_observation`. The slots' inputs are zero (OFT), or with ``oft.proprio_slots`` the proprio token,
+        which :meth:`append_proprio` put last in ``observation``.
         """
         s = self.oft
         slots = s.num_action_slots
         seq = action_sequence(prompt, slots, s.stop_token_id)
         embed = self.get_input_embeddings()
         ids = seq.ids.to(embed.weight.device)
-        text = embed(ids) * (~seq.slot.to(ids.device))[..., None].to(embed.weight.dtype)
+        slot_flags = seq.slot.to(ids.device)[..., None]
+        text = embed(ids) * (~slot_flags).to(embed.weight.dtype)
+        if s.proprio_slots:
+            text = text + slot_flags.to(observation.dtype) * observation[:, -1:]
         inputs = insert_after_bos(text, observation)
         v, b = observation.shape[1], inputs.shape[0]
         slot = insert_flags(seq.slot.to(ids.device), v, False)

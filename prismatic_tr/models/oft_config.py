@@ -70,6 +70,10 @@ class OFTSettings:
     attention: "causal", "bidirectional" or "bidirectional_actions".
     normalization: "bounds_q99" (q01 / q99) or "bounds" (min / max) for un-normalising actions.
     stop_token_id: the token after the action slots (OFT: Llama-2's "</s>", 2).
+    proprio_slots: ours, not OFT's (False: OFT's model): every action slot's input is the proprio token instead of
+        OFT's zero embedding, so the state reaches the slots without an attention head having to single out one
+        token among the visual ones. OFT's code ignores the ``oft`` dict, so it would run such a checkpoint as
+        if False; needs ``proprio_dim``.
     """
 
     num_images_in_input: int = 1
@@ -81,6 +85,7 @@ class OFTSettings:
     attention: str = "causal"
     normalization: str = "bounds_q99"
     stop_token_id: int = 2
+    proprio_slots: bool = False
 
     def __post_init__(self) -> None:
         _positive("num_images_in_input", self.num_images_in_input)
@@ -95,6 +100,10 @@ class OFTSettings:
         check_choice("normalization", self.normalization, NORMALIZATIONS)
         if isinstance(self.stop_token_id, bool) or not isinstance(self.stop_token_id, int) or self.stop_token_id < 0:
             raise ValueError(f"stop_token_id={self.stop_token_id!r}; allowed: a token id >= 0")
+        if not isinstance(self.proprio_slots, bool):
+            raise ValueError(f"proprio_slots={self.proprio_slots!r}; allowed: True or False")
+        if self.proprio_slots and self.proprio_dim is None:
+            raise ValueError("proprio_slots=True needs a proprio state (proprio_dim), and proprio_dim is None")
 
     @property
     def num_action_slots(self) -> int:

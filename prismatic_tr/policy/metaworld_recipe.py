@@ -67,6 +67,9 @@ class MetaWorldPolicyTrainConfig:
     setting: str = "none"                      # reduction attached in training, choice and evaluation (vla.spec)
     chunk: int = 8                             # actions predicted per pass
     attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
+    proprio_slots: bool = True                 # the state token is every action slot's input (ours, not OFT's:
+                                               #   prismatic_tr.models.oft_config.OFTSettings.proprio_slots;
+                                               #   false: OFT's zero slots, as the policies before 2026-11-27)
     freeze_vision: bool = False                # keep the towers fixed (train projector, Llama, proprio, head only)
     batch_size: int = 16                       # examples per optimizer step
     max_steps: int = 4000                      # optimizer steps (cosine schedule over them)
@@ -118,6 +121,9 @@ class MetaWorldPolicyTrainConfig:
                 check_demo_state(written)
         if self.init_oft is not None and (Path(self.init_oft) / "config.json").is_file():
             oft = json.loads((Path(self.init_oft) / "config.json").read_text()).get("oft") or {}
+            if bool(oft.get("proprio_slots", False)) != self.proprio_slots:
+                raise ValueError(f"--init_oft {str(self.init_oft)!r} has proprio_slots={oft.get('proprio_slots', False)}"
+                                 f", not --proprio_slots {self.proprio_slots}: pass the policy's own value")
             if oft.get("proprio_dim") != STATE_DIM:
                 raise ValueError(f"--init_oft {str(self.init_oft)!r} takes a state of {oft.get('proprio_dim')}; "
                                  f"MetaWorld episodes give {STATE_DIM} ({', '.join(STATE_FIELDS)}): start from a "
@@ -148,7 +154,7 @@ class MetaWorldPolicyTrainConfig:
         from prismatic_tr.models.oft_config import OFTSettings
 
         return OFTSettings(num_images_in_input=NUM_IMAGES, num_actions_chunk=self.chunk, action_dim=ACTION_DIM,
-                           proprio_dim=STATE_DIM, attention=self.attention)
+                           proprio_dim=STATE_DIM, attention=self.attention, proprio_slots=self.proprio_slots)
 
     def to_record(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
