@@ -121,13 +121,13 @@ class MetaWorldPolicyTrainConfig:
                 check_demo_state(written)
         if self.init_oft is not None and (Path(self.init_oft) / "config.json").is_file():
             oft = json.loads((Path(self.init_oft) / "config.json").read_text()).get("oft") or {}
-            if bool(oft.get("proprio_slots", False)) != self.proprio_slots:
-                raise ValueError(f"--init_oft {str(self.init_oft)!r} has proprio_slots={oft.get('proprio_slots', False)}"
-                                 f", not --proprio_slots {self.proprio_slots}: pass the policy's own value")
             if oft.get("proprio_dim") != STATE_DIM:
                 raise ValueError(f"--init_oft {str(self.init_oft)!r} takes a state of {oft.get('proprio_dim')}; "
                                  f"MetaWorld episodes give {STATE_DIM} ({', '.join(STATE_FIELDS)}): start from a "
                                  "policy trained on these demonstrations")
+            if bool(oft.get("proprio_slots", False)) != self.proprio_slots:
+                raise ValueError(f"--init_oft {str(self.init_oft)!r} has proprio_slots={oft.get('proprio_slots', False)}"
+                                 f", not --proprio_slots {self.proprio_slots}: pass the policy's own value")
         for split, n in ((VALIDATION, self.select_episodes or 1), (TEST, self.test_episodes)):
             split_seeds(split, n, splits=METAWORLD_SPLITS)
         check_resumable(self)
