@@ -80,7 +80,8 @@ def layer_attention(vla: nn.Module, inputs: dict[str, Any]) -> list[torch.Tensor
 def slot_attention_shares(vla: nn.Module, inputs: dict[str, Any]) -> list[dict[str, float]]:
     """Per layer: the mean (over heads and the S read positions) attention share on the proprio token, on all
     visual tokens, on the prompt (after BOS) and on the slots, and ``uniform``: the share one token would get if
-    every read position attended evenly to all it sees. ``inputs`` must carry ``proprio``."""
+    every read position attended evenly to all it sees. ``inputs`` must carry ``proprio``; the policy must have no
+    reduction attached (the visual tokens are counted unreduced)."""
     if inputs.get("proprio") is None:
         raise ValueError("attention shares need a policy with a state and inputs with 'proprio'")
     visual = vla.vision_backbone.get_num_patches() * vla.vision_backbone.get_num_images_in_input()
