@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
 from helpers.oft_fixtures import write_tiny_base
 from test_metaworld import MISSING, ROOT, needs_metaworld
 
@@ -142,6 +144,21 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
     assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
 
 
+def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:
+    def task(wins: int, steps: float) -> dict:
+        return {"episodes": 50, "successes": wins, "success_rate": wins / 50, "success_ci_low": 0.1,
+                "success_ci_high": 0.9, "mean_steps": steps}
+    def policy(a: int, b: int) -> dict:
+        return {"evaluation": {"test": {"tasks": {"reach-v3": task(a, 40.0), "push-v3": task(b, 60.0)},
+                                        "mean_success_rate": (a + b) / 100}}}
+    text = readme_tables.metaworld_policy_table(SimpleNamespace(metaworld_policies={"one": policy(10, 30),
+                                                                                   "two": policy(50, 0)}))
+    lines = text.splitlines()
+    assert "`reach`" in lines[0] and "`push`" in lines[0] and len(lines) == 2 + 2
+    assert lines[2].startswith("| one | 20 % (10-90 %) | 60 % (10-90 %) | 40/100, **40.0 %** (31-50 %) | 50 |")
+    assert "50/100, **50.0 %** (40-60 %)" in lines[3]
+
+
 def test_csv_rows_and_table_show_every_task_and_the_mean() -> None:
     task = {"episodes": 2, "successes": 1, "success_rate": 0.5, "success_ci_low": 0.1, "success_ci_high": 0.9,
             "mean_steps": 40.0}
@@ -159,6 +176,42 @@ def test_csv_rows_and_table_show_every_task_and_the_mean() -> None:
     assert "reach" in text.splitlines()[0] and "1.25x" in text and "50.0%" in text
 
 
+def test_the_shipped_policy_is_its_recipe_s_choice_and_acts() -> None:
+    """prismatic_tr/assets/metaworld_policy: the checkpoint its recipe chose on validation, with that run's records,
+    loads natively as a 2-camera OFT policy taking the 7-D state in every action slot, and gives a chunk of 8 x 7."""
+    from prismatic_tr.bench.vla.job import sample_inputs
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.policy.metaworld_recipe import DATASET
+
+    where = bundled_metaworld_policy_dir()
+    record = json.loads((where / "evaluation.json").read_text())
+    assert record["selection"]["split"] == "validation" and record["selection"]["chosen"] == record["checkpoint"]
+    assert list(record["evaluation"]["test"]["tasks"]) == record["config"]["tasks"]
+    assert (where / "training_curve.csv").read_text().count("\n") == 1 + record["training"]["steps"]
+    vla, processor = load_vla(where)
+    assert vla.oft.proprio_dim == len(STATE_FIELDS) and vla.oft.proprio_slots is True
+    assert vla.vision_backbone.get_num_images_in_input() == 2 and DATASET in vla.norm_stats
+    inputs = sample_inputs(processor, "close the drawer", 1, 224, 0, num_images=2, proprio_dim=len(STATE_FIELDS))
+    with torch.no_grad():
+        chunk = np.asarray(vla.predict_action(**inputs, unnorm_key=DATASET, do_sample=False))
+    assert chunk.reshape(-1, 7).shape == (vla.oft.num_actions_chunk, 7) and np.isfinite(chunk).all()
+
+
+@needs_metaworld
+def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
+    """Two test episodes of drawer-close (50 of 50 in its recipe's test run), closed loop in this process."""
+    assert MISSING is None
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.policy.metaworld import run_metaworld
+    from prismatic_tr.policy.metaworld_recipe import DATASET
+
+    vla, processor = load_vla(bundled_metaworld_policy_dir())
+    outcomes = run_metaworld(vla, processor, ["drawer-close-v3"], "test", 2, DATASET, batch_size=2)
+    assert [o.outcome for o in outcomes["drawer-close-v3"]] == ["success", "success"]
+
+
 @needs_metaworld
 def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episodes(tmp_path: Path) -> None:
     """Demonstrations (1 reach episode at 64 px) -> 2 training steps -> 2 candidates chosen on 1 validation
@@ -171,7 +224,7 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     flags = ["--output_dir", str(out), "--base_policy", str(base), "--tasks", "[reach-v3]", "--episodes_per_task",
              "1", "--image_size", "64", "--max_steps", "2", "--save_steps", "1", "--batch_size", "2",
              "--lr_warmup_steps", "1", "--select_episodes", "1", "--test_episodes", "1", "--eval_batch_size", "1",
-             "--progress", "false"]
+             "--install_dir", str(tmp_path / "installed"), "--progress", "false"]
     run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -187,6 +240,10 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "checkpoints"
     assert (chosen / "action_head--latest_checkpoint.pt").is_file()
     assert json.loads((chosen / "config.json").read_text())["oft"]["proprio_slots"] is True   # the recipe's default
+    installed = tmp_path / "installed"   # --install_dir: the chosen checkpoint and the run's records
+    assert (installed / "model.safetensors").read_bytes() == (chosen / "model.safetensors").read_bytes()
+    assert json.loads((installed / "evaluation.json").read_text()) == record
+    assert (installed / "training_curve.csv").is_file() and (installed / "demos.json").is_file()
 
     table = tmp_path / "table"
     flags = ["--vla_path", str(chosen), "--settings", "[none,vision:diverse:0.5@0.25]", "--tasks", "[reach-v3]",

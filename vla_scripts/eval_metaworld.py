@@ -1,13 +1,14 @@
 """Closed-loop evaluation of an OpenVLA-OFT policy on MetaWorld under reduction settings: success per task and the
 end-to-end step time per setting (the reduction table).
 
-The policy (``--vla_path``: by default the copy of the checkpoint ``vla_scripts/train_metaworld_policy.py`` chose)
+The policy (``--vla_path``: by default the shipped one, ``prismatic_tr/assets/metaworld_policy``, which
+``vla_scripts/train_metaworld_policy.py`` made; a run of that command leaves its own in ``<output_dir>/policy``)
 runs ``--episodes`` episodes of every task of ``--tasks`` from the seed split ``--split`` ("test": held-out goals;
 "validation" for choosing) unreduced and under every ``--settings`` spec (``prismatic_tr.vla.spec``; default: the table's eight,
 ``prismatic_tr.policy.metaworld.TABLE_SETTINGS``). The same seeds for every task and setting. ``predict_action`` at
 batch 1 on the first episode's first observation is timed for every setting round-robin, before the episodes.
 
-    python vla_scripts/eval_metaworld.py --vla_path outputs/metaworld_policy/policy
+    python vla_scripts/eval_metaworld.py                    # the shipped policy, the table's eight settings
     python vla_scripts/eval_metaworld.py --vla_path P --settings "[none,vision:diverse:0.1@0.25]" --tasks "[reach-v3]"
 
 A cut-off run resumes: each finished (setting, task) job is journaled in ``--output_dir``'s ``episodes.jsonl``, and
@@ -38,6 +39,7 @@ import torch
 
 from prismatic_tr.cli import check_int_flag, parse_config_or_exit, run_command
 from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, check_image_size, metaworld_task
+from prismatic_tr.policy.bundled import BUNDLED_METAWORLD_POLICY_DIR
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
 
 PROG = "eval_metaworld.py"
@@ -50,7 +52,8 @@ CSV_COLUMNS = ["setting", "site", "reduction_ratio", "depth_fraction", "num_patc
 @dataclass
 class EvalMetaWorldConfig:
     # fmt: off
-    vla_path: Path = Path("outputs/metaworld_policy/policy")  # an OFT checkpoint with metaworld_mt10 statistics
+    vla_path: Path = BUNDLED_METAWORLD_POLICY_DIR  # an OFT checkpoint with metaworld_mt10 statistics (default: the
+                                                   #   shipped policy, prismatic_tr/assets/metaworld_policy)
     settings: list[str] = field(default_factory=lambda: list(TABLE_SETTINGS))  # specs, the first "none"
     tasks: list[str] = field(default_factory=lambda: list(MT10))  # MetaWorld v3 tasks
     split: str = "test"                      # seed split (test: held-out goals; validation: for choosing)

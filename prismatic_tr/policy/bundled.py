@@ -1,5 +1,6 @@
-"""The trained tabletop policies that ship with the package (``prismatic_tr/assets/tabletop_policy``, and the
-OpenVLA-OFT-style ``prismatic_tr/assets/tabletop_oft_policy``).
+"""The trained policies that ship with the package: the tabletop ones (``prismatic_tr/assets/tabletop_policy``, and
+the OpenVLA-OFT-style ``prismatic_tr/assets/tabletop_oft_policy``) and the OpenVLA-OFT-style MetaWorld MT10 policy
+(``prismatic_tr/assets/metaworld_policy``, made by ``vla_scripts/train_metaworld_policy.py``).
 
 It is an OpenVLA checkpoint directory (config.json, model.safetensors, tokenizer and preprocessor files,
 dataset_statistics.json) plus the records of how it was made: the training curves, ``evaluation.json`` (settings,
@@ -23,6 +24,10 @@ UNNORM_KEY = "tabletop_pick"  # the dataset key of its action statistics
 # ``vla_scripts/train_oft_policy.py`` (prismatic_tr.policy.oft_recipe); its demonstrations' dataset key:
 BUNDLED_OFT_POLICY_DIR = BUNDLED_POLICY_DIR.parent / "tabletop_oft_policy"
 OFT_UNNORM_KEY = "tabletop_pick_oft"
+# The MetaWorld MT10 policy (2 cameras, the 7-D state as every action slot's input, chunk of 8, L1 head) made by
+# ``vla_scripts/train_metaworld_policy.py`` (prismatic_tr.policy.metaworld_recipe; its dataset key is that recipe's
+# DATASET, "metaworld_mt10")
+BUNDLED_METAWORLD_POLICY_DIR = BUNDLED_POLICY_DIR.parent / "metaworld_policy"
 
 
 def _shipped(directory: Path, what: str, remake: str) -> Path:
@@ -44,6 +49,13 @@ def bundled_oft_policy_dir() -> Path:
     """The bundled OFT-style policy's directory; ValueError saying how to make it when it is missing."""
     return _shipped(BUNDLED_OFT_POLICY_DIR, "OFT policy",
                     "python vla_scripts/train_oft_policy.py --output_dir outputs/oft_policy")
+
+
+def bundled_metaworld_policy_dir() -> Path:
+    """The bundled MetaWorld policy's directory; ValueError saying how to make it when it is missing (the whole
+    pipeline: ~3.5 h on 2 CPU cores, README "MetaWorld")."""
+    return _shipped(BUNDLED_METAWORLD_POLICY_DIR, "MetaWorld policy",
+                    "python vla_scripts/train_metaworld_policy.py --output_dir outputs/metaworld_policy")
 
 
 def load_bundled_policy(dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:

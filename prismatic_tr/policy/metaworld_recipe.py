@@ -12,7 +12,7 @@ Output directory layout::
 
     data/metaworld_mt10/1.0.0, demos.json   the demonstrations (unless --data_root names written ones)
     checkpoints/step_N                      every save_steps (OFT's layout, as oft_recipe writes them)
-    policy/                                 a copy of the chosen checkpoint (what eval_metaworld.py reads by default)
+    policy/                                 a copy of the chosen checkpoint
     training_curve.csv                      loss / lr / step time per step
     evaluation.json                         settings, demonstrations, selection, success per task and split, minutes
 
@@ -85,6 +85,9 @@ class MetaWorldPolicyTrainConfig:
     eval_batch_size: int = 10                  # episodes of a task run in lockstep
     eval_workers: int = 2                      # processes running the closed loops (torch threads split among them)
     bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
+    install_dir: Path | None = None            # also copy the chosen checkpoint and its records (training_curve.csv,
+                                               #   evaluation.json, demos.json) here (the shipped policy:
+                                               #   prismatic_tr/assets/metaworld_policy)
     resume: bool = True                        # continue the training state an earlier run with the same training
                                                #   flags left in output_dir (false: start afresh)
     progress: bool = True                      # progress bars
@@ -219,7 +222,7 @@ def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tup
 def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
     """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
     from prismatic_tr.bench.measure.devices import cpu_info
-    from prismatic_tr.policy.oft_recipe import install, start_policy, train_policy
+    from prismatic_tr.policy.oft_recipe import CURVE, install, start_policy, train_policy
 
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -249,6 +252,9 @@ def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
     }
     text = json.dumps(record, indent=2) + "\n"
     (cfg.output_dir / "evaluation.json").write_text(text)
+    if cfg.install_dir is not None:
+        install(checkpoint, [cfg.output_dir / CURVE, cfg.output_dir / "evaluation.json",
+                             *([demos] if demos.is_file() else [])], Path(cfg.install_dir))
     return json.loads(text)
 
 
