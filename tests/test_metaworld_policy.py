@@ -200,15 +200,14 @@ def test_the_shipped_policy_is_its_recipe_s_choice_and_acts() -> None:
 
 @needs_metaworld
 def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
-    """Two test episodes of drawer-close (50 of 50 in its recipe's test run), closed loop in this process."""
+    """Two test episodes of drawer-close (50 of 50 in its recipe's test run), closed loop in a spawned worker (the
+    suite may have imported tensorflow here, which OSMesa's mujoco must not meet)."""
     assert MISSING is None
-    from prismatic_tr.models import load_vla
     from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
-    from prismatic_tr.policy.metaworld import run_metaworld
     from prismatic_tr.policy.metaworld_recipe import DATASET
 
-    vla, processor = load_vla(bundled_metaworld_policy_dir())
-    outcomes = run_metaworld(vla, processor, ["drawer-close-v3"], "test", 2, DATASET, batch_size=2)
+    with MetaWorldWorkers(bundled_metaworld_policy_dir(), 1) as workers:
+        outcomes = workers.run(["none"], ["drawer-close-v3"], "test", 2, DATASET, batch_size=2)["none"]
     assert [o.outcome for o in outcomes["drawer-close-v3"]] == ["success", "success"]
 
 
