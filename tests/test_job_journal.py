@@ -72,6 +72,12 @@ def test_the_fingerprint_follows_the_bytes_not_the_model_card(tmp_path: Path) ->
     first = checkpoint_fingerprint(tmp_path)
     (tmp_path / "README.md").write_text("a card")
     assert checkpoint_fingerprint(tmp_path) == first
+    for record in ("evaluation.json", "training_curve.csv", "demos.json"):  # what an installed policy adds
+        (tmp_path / record).write_text("{}")
+    assert checkpoint_fingerprint(tmp_path) == first
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    assert checkpoint_fingerprint(tmp_path) != first
+    (tmp_path / "config.json").write_text("{}")
     (tmp_path / "action_head--latest_checkpoint.pt").write_bytes(b"\x01")
     assert checkpoint_fingerprint(tmp_path) != first
     with pytest.raises(ValueError, match="is not a directory"):

@@ -138,10 +138,30 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
                 "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task},
                              "mean_success_rate": 0.5, "predict_action_speedup": 1.0} for label in labels]}
     text = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[
-        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])]))
+        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], metaworld_finetunes=[]))
     lines = text.splitlines()
     assert "Model" in lines[0] and len(lines) == 2 + 3     # the second run's own baseline is not shown
     assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
+
+
+def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_speed_marked() -> None:
+    def task(rate: float) -> dict:
+        return {"success_rate": rate}
+    table = {"meta": {"trained_with": None}, "records": [
+        {"setting": label, "num_patches": 512, "llm_visual_tokens": kept, "tasks": {"reach-v3": task(rate)},
+         "mean_success_rate": rate, "predict_action_speedup": speedup}
+        for label, kept, rate, speedup in (("none", 512, 0.8, 1.0), ("diverse:0.1", 52, 0.4, 1.37))]}
+    finetune = {"setting": "diverse:0.1", "config": {"max_steps": 600},
+                "selection": {"chosen": "/c/step_600", "candidates": [{"step": 300, "checkpoint": "/c/step_300"},
+                                                                      {"step": 600, "checkpoint": "/c/step_600"}]},
+                "evaluation": {"test": {"tasks": {"reach-v3": task(0.7)}, "mean_success_rate": 0.7}}}
+    lines = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[table],
+                                                          metaworld_finetunes=[finetune])).splitlines()
+    assert len(lines) == 2 + 3 + 2 and lines[-1].startswith(readme_tables.ADAPTER_MARK)
+    assert lines[4] == ("| `diverse:0.1` | fine-tuned with it: 600 steps from the policy, step 600 chosen on validation"
+                        " | 512 -> 52 in the LLM | 70 % | **70.0 %** | 1.37x" + readme_tables.ADAPTER_MARK + " |")
+    plain = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[table], metaworld_finetunes=[]))
+    assert readme_tables.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2
 
 
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:

@@ -68,6 +68,7 @@ def _copy_sources(root: Path) -> None:
              *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test*.json")),
              *map(str, readme_tables.METAWORLD_POLICIES.values()),
              *(str(p.relative_to(ROOT)) for p in readme_tables.metaworld_table_files(ROOT)),
+             *(str(p.relative_to(ROOT)) for p in readme_tables.metaworld_finetune_files(ROOT)),
              *(str(p) for files in readme_tables.GPU_FILES.values() for p in files.values())]
     for rel in paths:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

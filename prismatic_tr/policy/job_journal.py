@@ -25,12 +25,16 @@ from typing import Any
 
 from prismatic_tr.policy.closed_loop import EpisodeOutcome
 
-SKIPPED_FILES = ("README.md",)  # files of a checkpoint directory that do not change what it computes
+# files of a checkpoint directory that do not change what it computes: the model card, and the records a recipe
+# installs beside the weights (``oft_recipe.install``: the evaluation, the training curve, the demonstrations' summary),
+# so an installed policy resumes the journal of the checkpoint it was copied from
+SKIPPED_FILES = ("README.md", "evaluation.json", "training_curve.csv", "demos.json")
 
 
 def checkpoint_fingerprint(checkpoint: str | Path) -> str:
     """sha256 over the lines ``<name> <sha256>`` of every file in the checkpoint directory (sorted; the model
-    card skipped): weights, OFT heads, config, statistics, tokenizer. ValueError when it is not a directory."""
+    card and the installed records skipped): weights, OFT heads, config, statistics, tokenizer. ValueError when it
+    is not a directory."""
     from prismatic_tr.policy.adapters import sha256_of
 
     checkpoint = Path(checkpoint)

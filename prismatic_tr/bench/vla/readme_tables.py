@@ -53,6 +53,9 @@ METAWORLD_POLICIES = {
 # eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
 # interleaved for the speed; the unreduced row shown is the first run's)
 METAWORLD_TABLES = RESULTS / "metaworld"
+# train_metaworld_policy.py --init_oft <that policy> --setting S runs (their evaluation.json): the fine-tuned rows,
+# tested under S on the same 50 test episodes a task; their speed is the training-free row's of S (the same shapes)
+METAWORLD_FINETUNES = "finetune_*/evaluation.json"
 # benchmarks/gpu/run_7b.sh on a lent H100 (random weights at the 7B sizes, bfloat16): batch -> model -> results file
 GPU_RUN = RESULTS / "gpu_h100" / "run2"
 GPU_FILES = {batch: {"OpenVLA-7B": GPU_RUN / f"b{batch}" / "results.json",
@@ -76,6 +79,7 @@ class Sources:
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
     metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
     metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
+    metaworld_finetunes: list[dict[str, Any]]  # metaworld/finetune_*/evaluation.json (the recipe's records)
     gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
 
     @classmethod
@@ -92,6 +96,7 @@ class Sources:
                    oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
                    metaworld_policies={label: _json(root / path) for label, path in METAWORLD_POLICIES.items()},
                    metaworld_tables=[_json(p) for p in metaworld_table_files(root)],
+                   metaworld_finetunes=[_json(p) for p in metaworld_finetune_files(root)],
                    gpu={b: {m: _json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()})
 
 
@@ -139,6 +144,11 @@ def metaworld_table_files(root: Path) -> list[Path]:
     """``metaworld/table/results.json`` then ``metaworld/table_*/results.json`` (sorted); none before the first."""
     first = root / METAWORLD_TABLES / "table" / "results.json"
     return [first, *sorted((root / METAWORLD_TABLES).glob("table_*/results.json"))] if first.is_file() else []
+
+
+def metaworld_finetune_files(root: Path) -> list[Path]:
+    """``metaworld/finetune_*/evaluation.json``, sorted."""
+    return sorted((root / METAWORLD_TABLES).glob(METAWORLD_FINETUNES))
 
 
 def _oft_adapter_names(root: Path) -> list[str]:
@@ -428,7 +438,8 @@ def metaworld_policy_table(src: Sources) -> str:
 
 
 def metaworld_table(src: Sources) -> str:
-    """README.md, MetaWorld: the reduction table (one row per setting, success per task, mean, end to end)."""
+    """README.md, MetaWorld: the reduction table (one row per setting, success per task, mean, end to end), then a
+    row per fine-tune (the recipe's test under its setting; the speed is the training-free row's, marked)."""
     if not src.metaworld_tables:
         return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/table` "
                 "(the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
@@ -445,10 +456,22 @@ def metaworld_table(src: Sources) -> str:
     def model(trained_with: str) -> str:
         return "the policy" if trained_with == "none" else f"fine-tuned with `{trained_with}`"
 
+    def speed(r: dict[str, Any]) -> str:
+        return f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"
+
     rows = [[f"`{r['setting']}`", model(m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
-             f"**{100 * r['mean_success_rate']:.1f} %**",
-             f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"] for m, r in runs]
-    return "\n".join(_table(header, rows))
+             f"**{100 * r['mean_success_rate']:.1f} %**", speed(r)] for m, r in runs]
+    training_free = {r["setting"]: r for m, r in runs if m == "none"}
+    for f in src.metaworld_finetunes:
+        test, base = f["evaluation"]["test"], training_free.get(f["setting"])
+        chosen = next(c["step"] for c in f["selection"]["candidates"] if c["checkpoint"] == f["selection"]["chosen"])
+        rows.append([f"`{f['setting']}`", f"fine-tuned with it: {f['config']['max_steps']} steps from the policy, "
+                     f"step {chosen} chosen on validation", tokens(base) if base else "-",
+                     *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
+                     f"**{100 * test['mean_success_rate']:.1f} %**", speed(base) + ADAPTER_MARK if base else "-"])
+    notes = ([f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes."]
+             if len(rows) > len(runs) else [])
+    return "\n".join(_table(header, rows) + ([""] + notes if notes else []))
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:
