@@ -131,25 +131,31 @@ def test_provenance_reads_the_recipe_record_beside_a_policy_or_checkpoint(tmp_pa
         assert (got["trained_with"], got["started_from"], got["training_steps"]) == ("diverse:0.1", "/p", 5)
 
 
+META = {"config": {"timing_runs": 10}, "command": "python c", "machine": {"cpu": {"model": "AMD X", "features": {
+    "avx2": True, "amx_bf16": False}}, "cores": 2}, "torch_version": "2.2.0", "date_utc": "2026-11-27 08:07:58"}
+
+
 def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
     task = {"success_rate": 0.5}
     def run(trained_with: str | None, labels: list[str]) -> dict:
-        return {"meta": {"trained_with": trained_with},
-                "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task},
-                             "mean_success_rate": 0.5, "predict_action_speedup": 1.0} for label in labels]}
+        return {"meta": {"trained_with": trained_with, **META},
+                "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task}, "successes": 25,
+                             "episodes": 50, "mean_success_rate": 0.5, "predict_action_speedup": 1.0}
+                            for label in labels]}
     text = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[
         run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], metaworld_finetunes=[]))
     lines = text.splitlines()
-    assert "Model" in lines[0] and len(lines) == 2 + 3     # the second run's own baseline is not shown
+    assert "Model" in lines[0] and len(lines) == 2 + 3 + 2     # the second run's own baseline is not shown
+    assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "`python c` on AMD X (avx2) with 2 cores" in lines[-1]
     assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
 
 
 def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_speed_marked() -> None:
     def task(rate: float) -> dict:
-        return {"success_rate": rate}
-    table = {"meta": {"trained_with": None}, "records": [
+        return {"success_rate": rate, "successes": round(50 * rate), "episodes": 50}
+    table = {"meta": {"trained_with": None, **META}, "records": [
         {"setting": label, "num_patches": 512, "llm_visual_tokens": kept, "tasks": {"reach-v3": task(rate)},
-         "mean_success_rate": rate, "predict_action_speedup": speedup}
+         "successes": round(50 * rate), "episodes": 50, "mean_success_rate": rate, "predict_action_speedup": speedup}
         for label, kept, rate, speedup in (("none", 512, 0.8, 1.0), ("diverse:0.1", 52, 0.4, 1.37))]}
     finetune = {"setting": "diverse:0.1", "config": {"max_steps": 600},
                 "selection": {"chosen": "/c/step_600", "candidates": [{"step": 300, "checkpoint": "/c/step_300"},
@@ -157,11 +163,12 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
                 "evaluation": {"test": {"tasks": {"reach-v3": task(0.7)}, "mean_success_rate": 0.7}}}
     lines = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[table],
                                                           metaworld_finetunes=[finetune])).splitlines()
-    assert len(lines) == 2 + 3 + 2 and lines[-1].startswith(readme_tables.ADAPTER_MARK)
+    assert len(lines) == 2 + 3 + 4 and lines[-1].startswith(readme_tables.ADAPTER_MARK)
     assert lines[4] == ("| `diverse:0.1` | fine-tuned with it: 600 steps from the policy, step 600 chosen on validation"
-                        " | 512 -> 52 in the LLM | 70 % | **70.0 %** | 1.37x" + readme_tables.ADAPTER_MARK + " |")
+                        " | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | 1.37x"
+                        + readme_tables.ADAPTER_MARK + " |")
     plain = readme_tables.metaworld_table(SimpleNamespace(metaworld_tables=[table], metaworld_finetunes=[]))
-    assert readme_tables.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2
+    assert readme_tables.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 2
 
 
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:

@@ -440,6 +440,8 @@ def metaworld_policy_table(src: Sources) -> str:
 def metaworld_table(src: Sources) -> str:
     """README.md, MetaWorld: the reduction table (one row per setting, success per task, mean, end to end), then a
     row per fine-tune (the recipe's test under its setting; the speed is the training-free row's, marked)."""
+    from prismatic_tr.eval.intervals import wilson_interval
+
     if not src.metaworld_tables:
         return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/table` "
                 "(the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
@@ -459,8 +461,12 @@ def metaworld_table(src: Sources) -> str:
     def speed(r: dict[str, Any]) -> str:
         return f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"
 
+    def mean(wins: int, episodes: int) -> str:
+        low, high = wilson_interval(wins, episodes)
+        return f"{wins}/{episodes}, **{100 * wins / episodes:.1f} %** ({100 * low:.0f}-{100 * high:.0f} %)"
+
     rows = [[f"`{r['setting']}`", model(m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
-             f"**{100 * r['mean_success_rate']:.1f} %**", speed(r)] for m, r in runs]
+             mean(r["successes"], r["episodes"]), speed(r)] for m, r in runs]
     training_free = {r["setting"]: r for m, r in runs if m == "none"}
     for f in src.metaworld_finetunes:
         test, base = f["evaluation"]["test"], training_free.get(f["setting"])
@@ -468,10 +474,17 @@ def metaworld_table(src: Sources) -> str:
         rows.append([f"`{f['setting']}`", f"fine-tuned with it: {f['config']['max_steps']} steps from the policy, "
                      f"step {chosen} chosen on validation", tokens(base) if base else "-",
                      *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
-                     f"**{100 * test['mean_success_rate']:.1f} %**", speed(base) + ADAPTER_MARK if base else "-"])
-    notes = ([f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes."]
-             if len(rows) > len(runs) else [])
-    return "\n".join(_table(header, rows) + ([""] + notes if notes else []))
+                     mean(sum(test["tasks"][t]["successes"] for t in tasks),
+                          sum(test["tasks"][t]["episodes"] for t in tasks)),
+                     speed(base) + ADAPTER_MARK if base else "-"])
+    meta = src.metaworld_tables[0]["meta"]
+    notes = [f"Mean: successes pooled over the tasks (Wilson 95 %). End to end: the whole `predict_action` at batch 1 "
+             f"in float32, the median of {meta['config']['timing_runs']} interleaved runs against the unreduced "
+             f"one, measured by `{meta['command']}` on {cpu_words(meta)} with {meta['machine']['cores']} cores "
+             f"(torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC."]
+    if len(rows) > len(runs):
+        notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
+    return "\n".join(_table(header, rows) + [""] + "\n\n".join(notes).splitlines())
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:
