@@ -131,7 +131,7 @@ def test_provenance_reads_the_recipe_record_beside_a_policy_or_checkpoint(tmp_pa
         assert (got["trained_with"], got["started_from"], got["training_steps"]) == ("diverse:0.1", "/p", 5)
 
 
-META = {"config": {"timing_runs": 10}, "command": "python c", "machine": {"cpu": {"model": "AMD X", "features": {
+META = {"config": {"timing_runs": 10}, "command": "python c", "dtype": "float32", "machine": {"cpu": {"model": "AMD X", "features": {
     "avx2": True, "amx_bf16": False}}, "cores": 2}, "torch_version": "2.2.0", "date_utc": "2026-11-27 08:07:58"}
 
 
@@ -147,6 +147,7 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
     lines = text.splitlines()
     assert "Model" in lines[0] and len(lines) == 2 + 3 + 2     # the second run's own baseline is not shown
     assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "`python c` on AMD X (avx2) with 2 cores" in lines[-1]
+    assert "at batch 1 in float32" in lines[-1]
     assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
 
 
@@ -285,7 +286,7 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert records[1]["num_patches"] < records[0]["num_patches"] and records[1]["predict_action_ms"] > 0
     assert (table / "results.csv").read_text().count("\n") == 1 + 2 * 2
     meta = json.loads((table / "results.json").read_text())["meta"]
-    assert meta["episode_workers"] == 2 and meta["episode_worker_threads"] >= 1
+    assert meta["episode_workers"] == 2 and meta["episode_worker_threads"] >= 1 and meta["dtype"] == "float32"
     assert meta["trained_with"] == "none" and meta["started_from"] == str(base)
 
     # the same episodes in this process (one thread, as each of the two workers had): the same outcomes

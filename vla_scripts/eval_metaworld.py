@@ -203,6 +203,7 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
                         "jobs_reused": reused, "jobs": len(labels) * len(cfg.tasks)},
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+            "dtype": str(next(vla.parameters()).dtype).removeprefix("torch."),
             "torch_threads": torch.get_num_threads(), "episode_workers": cfg.workers,
             "episode_worker_threads": worker_threads(cfg.workers) if cfg.workers > 1 else torch.get_num_threads(),
             "torch_version": torch.__version__,

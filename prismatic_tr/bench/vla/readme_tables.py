@@ -479,7 +479,7 @@ def metaworld_table(src: Sources) -> str:
                      speed(base) + ADAPTER_MARK if base else "-"])
     meta = src.metaworld_tables[0]["meta"]
     notes = [f"Mean: successes pooled over the tasks (Wilson 95 %). End to end: the whole `predict_action` at batch 1 "
-             f"in float32, the median of {meta['config']['timing_runs']} interleaved runs against the unreduced "
+             f"in {meta['dtype']}, the median of {meta['config']['timing_runs']} interleaved runs against the unreduced "
              f"one, measured by `{meta['command']}` on {cpu_words(meta)} with {meta['machine']['cores']} cores "
              f"(torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC."]
     if len(rows) > len(runs):
