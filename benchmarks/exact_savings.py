@@ -11,12 +11,8 @@ Prints one JSON object (medians in ms) and writes it to ``--output`` when given.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
-import time
 from pathlib import Path
-
-import torch
 
 from prismatic_tr.cli import print_json
 
@@ -32,32 +28,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats {args.repeats} / --warmup {args.warmup}: use repeats >= 1, warmup >= 0")
+    from prismatic_tr.bench.vla.exact import exact_savings_record
 
-    from prismatic_tr.bench.vla.exact import measure_exact_savings
-    from prismatic_tr.bench.vla.job import sample_inputs
-    from prismatic_tr.models import PRESETS, build_processor, build_vla, load_vla
-
-    dtype = getattr(torch, args.dtype)
-    if args.vla_path is not None:
-        if not (Path(args.vla_path) / "config.json").is_file():
-            parser.error(f"--vla_path {args.vla_path!r} is not a checkpoint directory (no config.json)")
-        vla, processor = load_vla(args.vla_path, dtype=dtype)
-        source = args.vla_path
-    else:
-        if args.preset not in PRESETS:
-            parser.error(f"--preset {args.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
-        vla = build_vla(args.preset, seed=0).to(dtype).eval()
-        processor, source = build_processor(vla.config), f"preset {args.preset} (random weights)"
-    inputs = sample_inputs(processor, "pick up the red block", 1, int(vla.config.image_sizes[0]), seed=0)
-    inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
-    unnorm_key = next(iter(vla.norm_stats))
-    start = time.perf_counter()
-    result = measure_exact_savings(vla, inputs, unnorm_key, repeats=args.repeats, warmup=args.warmup)
-    result = {"model": source, "dtype": args.dtype, "repeats": args.repeats, "warmup": args.warmup,
-              **{k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()},
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-              "command": " ".join(["python", "benchmarks/exact_savings.py", *(argv if argv is not None else sys.argv[1:])]),
-              "wall_s": round(time.perf_counter() - start, 1)}
+    try:
+        result = exact_savings_record(args.vla_path, args.preset, args.dtype, args.repeats, args.warmup)
+    except ValueError as err:
+        parser.error(str(err))
+    command = " ".join(["python", "benchmarks/exact_savings.py", *(argv if argv is not None else sys.argv[1:])])
+    wall_s = result.pop("wall_s")
+    result = {**result, "command": command, "wall_s": wall_s}  # the keys in the order they had
     print_json(result, args.output)
     return result
 

@@ -20,6 +20,7 @@ import numpy as np
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    from prismatic_tr.cli import check_int_flag
     from prismatic_tr.envs.metaworld.tasks import MT10, metaworld_task
 
     ap = argparse.ArgumentParser(prog="metaworld_goal_reach.py", description=__doc__.split("\n\n")[0])
@@ -31,8 +32,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         metaworld_task(args.task)
     except ValueError as err:
         ap.error(str(err))
-    if args.episodes < 2:
-        ap.error(f"--episodes {args.episodes} is not allowed; use an integer >= 2 (a correlation needs two)")
+    try:
+        check_int_flag("episodes", args.episodes, 2)
+    except ValueError as err:
+        ap.error(f"{err} (a correlation needs two)")
     if not (args.vla_path / "config.json").is_file():
         ap.error(f"--vla_path {str(args.vla_path)!r} is not a checkpoint directory (no config.json)")
     return args

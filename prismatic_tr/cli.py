@@ -23,6 +23,12 @@ EXIT_BAD_INPUT = 2  # a flag or input was rejected before any work
 EXIT_NOISY = 3  # benchmark.py --strict: the run finished but rows were flagged as noisy
 
 
+class BadInputError(ValueError):
+    """Input a command cannot use, found by the library before any work (a checkpoint that does not load, a missing
+    dataset, a flag that does not fit the model): the command prints it in one line and exits with
+    :data:`EXIT_BAD_INPUT`."""
+
+
 def check_int_flag(name: str, value: Any, low: int) -> None:
     """ValueError ``--<name> <value> is not allowed; use an integer >= <low>`` unless ``value`` is such an integer
     (a bool is not)."""
@@ -228,3 +234,9 @@ def print_json(result: dict[str, Any], output: str | Path | None = None) -> str:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text + "\n")
     return text
+
+
+def command_line(prog: str, argv: Sequence[str] | None = None) -> str:
+    """``python <prog> <flags>`` (``argv``, default ``sys.argv[1:]``): how a results file names the command that
+    made it."""
+    return " ".join(["python", prog, *(sys.argv[1:] if argv is None else argv)])

@@ -5,9 +5,11 @@
 #   STACK=latest  the newest releases from the registry today, unpinned (installed packages are upgraded)
 #   STACK=openvla OpenVLA's pins (torch 2.2.0, timm 0.9.10, transformers 4.40.1, ...): constraints/openvla.txt
 #   VENV=path     where the environment goes (default .venv; .venv-latest, .venv-openvla for the other stacks)
+#   DOCS=1        also install the docs extra (mkdocs, Material, mkdocstrings: scripts/docs.sh builds the site)
 #   METAWORLD=1   also install the metaworld extra (MetaWorld benchmark: prismatic_tr.envs.metaworld) and the OSMesa
 #                 library that renders it on a CPU (apt-get install libosmesa6, when missing and run as root)
-# Any arguments are then run with the environment's python: `setup_env.sh -m pytest -q`.
+# Any arguments are then run with the environment's python (`setup_env.sh -m pytest -q`), or, when the first is one
+# of its console scripts, by that command (`setup_env.sh prismatic-tr-benchmark --preset tiny`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Let Python cache compiled modules: without it every process recompiles torch._dynamo (~15 s each).
@@ -31,6 +33,11 @@ case "${METAWORLD:-0}" in
   1) extras=all,metaworld ;;
   *) echo "METAWORLD=$METAWORLD is not allowed; use 0 or 1" >&2; exit 2 ;;
 esac
+case "${DOCS:-0}" in
+  0) ;;
+  1) extras=$extras,docs ;;
+  *) echo "DOCS=$DOCS is not allowed; use 0 or 1" >&2; exit 2 ;;
+esac
 if [[ "$extras" == *metaworld* ]] && ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "installing libosmesa6 (OSMesa: MetaWorld's offscreen rendering on a CPU)"
@@ -49,5 +56,8 @@ if ! VIRTUAL_ENV="$VENV" uv pip install -q -e ".[$extras]" "${install_args[@]}";
 fi
 echo "installed prismatic_tr[$extras] ($STACK stack) into $VENV"
 if [[ $# -gt 0 ]]; then
+  if [[ "$1" == prismatic-tr-* ]]; then
+    exec "$VENV/bin/$1" "${@:2}"
+  fi
   exec "$VENV/bin/python" "$@"
 fi

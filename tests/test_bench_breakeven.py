@@ -184,7 +184,7 @@ def test_sweep_cli_writes_and_resumes(tmp_path: Path, monkeypatch: pytest.Monkey
     calls: list[tuple[int, int]] = []
     real = sweep_mod._time_cell
     monkeypatch.setattr(sweep_mod, "_time_cell", lambda cfg, s, b, m1, m2: calls.append((s, b)) or real(cfg, s, b, m1, m2))
-    argv = ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--input_sizes", "48",
+    argv = ["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "0.5", "--input_sizes", "48",
             "--batch_sizes", "1", "2", "--warmup", "0", "--repeats", "1", "--out_dir", str(tmp_path), "--no_progress",
             "--profile"]
     assert sweep_cli.main(argv) == 0
@@ -196,6 +196,9 @@ def test_sweep_cli_writes_and_resumes(tmp_path: Path, monkeypatch: pytest.Monkey
     assert all(float(r["reduced_ops"]) > float(r["baseline_ops"]) > 0 for r in rows)  # profiler columns
     assert all(float(r["baseline_wall_ms"]) > 0 and r["baseline_launches"] == "" for r in rows)  # no CUDA
     assert (tmp_path / "speedup.png").stat().st_size > 0 and "Better?" in (tmp_path / "sweep.md").read_text()
+    meta = json.loads((tmp_path / "meta.json").read_text())  # the machine, dtype and command beside the timings
+    assert meta["dtype"] == "float32" and meta["command"].startswith("python vla_scripts/sweep.py --model")
+    assert "amx_bf16" in meta["machine"]["cpu"]["features"]
     lines = (tmp_path / "sweep.csv").read_text().splitlines()
     (tmp_path / "sweep.csv").write_text("\n".join(lines[:-1]) + "\n")  # "interrupt" before the last cell
     calls.clear()
@@ -208,11 +211,14 @@ def test_calibrate_cli_profile_is_used(tmp_path: Path) -> None:
     from vla_scripts import calibrate
 
     out = tmp_path / "cpu.json"
-    argv = ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--input_sizes", "32",
+    argv = ["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "0.5", "--input_sizes", "32",
             "--batch_sizes", "1", "--warmup", "0", "--repeats", "1", "--device", "cpu", "--out", str(out), "--no_progress"]
     assert calibrate.main(argv) == 0
     d = should_use_token_reduction("deit_tiny_patch16_224", 32, 1, device="cpu", profile_path=out)
     assert d.source == "profile" and d.expected_speedup == pytest.approx(load_profile(out)["entries"][0]["speedup"])
+    profile = json.loads(out.read_text())
+    assert profile["command"].startswith("python vla_scripts/calibrate.py") and profile["dtype"] == "float32"
+    assert "avx2" in profile["machine"]["cpu"]["features"]
 
 
 @pytest.mark.parametrize("argv", [["--input_sizes", "0"], ["--model", "deit_tiny_patch16_224"], ["--repeats", "0"]])

@@ -108,8 +108,8 @@ def test_macs_by_module_has_children() -> None:
 REFERENCE_GMACS = [
     ("deit_base_patch16_224", 224, {}, 17.57),
     ("deit_base_patch16_224", 448, {}, 78.52),
-    ("topk_deit_base_patch16_224", 224, {"keep_rate": 0.1, "reduction_loc": [3, 6, 9]}, 5.55),
-    ("topk_deit_base_patch16_224", 448, {"keep_rate": 0.1, "reduction_loc": [3, 6, 9]}, 24.73),
+    ("topk_deit_base_patch16_224", 224, {"keep_ratio": 0.1, "reduction_loc": [3, 6, 9]}, 5.55),
+    ("topk_deit_base_patch16_224", 448, {"keep_ratio": 0.1, "reduction_loc": [3, 6, 9]}, 24.73),
 ]
 
 

@@ -17,6 +17,7 @@ from prismatic_tr.bench.vla import config, job
 from prismatic_tr.bench.vla.policy_rows import policy_success_applies
 from prismatic_tr.cli import EXIT_NOISY
 from prismatic_tr.reducers import available_methods
+from prismatic_tr.vla.settings import DEFAULT_METHODS
 from vla_scripts import benchmark  # the command, run in-process
 
 
@@ -66,6 +67,7 @@ def test_tiny_run_writes_table_csv_json_and_png(tmp_path, capsys, keep_threads):
         ("openvla-oft", 512, 128)]
 
 
+@pytest.mark.slow
 def test_script_runs_as_a_program():
     """``python vla_scripts/benchmark.py`` resolves its imports (bad flag: exits before building a model)."""
     root = Path(__file__).resolve().parents[1]
@@ -187,7 +189,7 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
     assert cfg.settings == config.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
     assert (cfg.num_runs, cfg.warmup) == (3, 1)
-    assert cfg.validation_episodes == 30 and cfg.adapters == ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+    assert cfg.validation_episodes == 20 and cfg.adapters == ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
     assert cfg.adapters == config.SHIPPED_ADAPTERS
     # every shipped adapter's setting is timed by the main job, so its row has a speed to copy
     from prismatic_tr.bench.vla.policy_rows import adapter_setting
@@ -195,7 +197,7 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     assert {adapter_setting(a).label for a in cfg.adapters} <= set(cfg.settings)
     assert benchmark.parse_config(["--adapters", "[]"]).adapters == []
     full = benchmark.parse_config(["--full", "true"])
-    assert full.methods == config.DEFAULT_METHODS
+    assert full.methods == config.FULL_METHODS and full.methods[0] == DEFAULT_METHODS["projector"]
     assert set(full.methods) == set(available_methods()), "--full runs every registered projector method"
     assert full.policy_episodes == 100 and (full.num_runs, full.warmup) == (10, 2)
     assert set(config.FULL_SITE_SETTINGS) < set(full.settings)

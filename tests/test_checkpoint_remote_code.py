@@ -149,7 +149,7 @@ def finetuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--vla_path", str(base), "--data_root_dir", str(rlds_root(tmp_path_factory.getbasetemp())),
         "--dataset_name", DATASET, "--run_root_dir", str(tmp / "runs"), "--batch_size", "2", "--max_steps", "2",
         "--save_steps", "2", "--lora_rank", "4", "--shuffle_buffer_size", "8", "--progress_bar", "false",
-        "--token_reduction.method", "topk_magnitude", "--token_reduction.reduction_ratio", "0.5",
+        "--token_reduction.method", "topk_magnitude", "--token_reduction.keep_ratio", "0.5",
     ])
     assert status == 0
     return next((tmp / "runs").glob("*/checkpoints/latest"))

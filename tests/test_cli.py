@@ -66,11 +66,11 @@ def test_list_fields_finds_optional_and_nested_lists():
 
 
 def test_list_fields_of_the_script_configs():
+    from prismatic_tr.bench.vit.fidelity_sweep import EvalVitConfig
     from prismatic_tr.bench.vla.config import BenchmarkConfig
-    from vla_scripts.eval_vit import EvalVitConfig
 
     assert cli.list_fields(BenchmarkConfig) == ["methods", "ratios", "settings", "adapters"]
-    assert cli.list_fields(EvalVitConfig) == ["methods", "keep_rates", "reduction_loc", "tome_r"]
+    assert cli.list_fields(EvalVitConfig) == ["methods", "keep_ratios", "reduction_loc", "tome_r"]
 
 
 # ---------------------------------------------------------------- every script: --help
@@ -117,7 +117,7 @@ def test_help_describes_the_program_and_lists_each_option_once(name, capsys):
 def test_speed_test_list_flag_spellings(spelling):
     from vla_scripts import speed_test
 
-    args = cli.parse_args(speed_test.build_parser(), ["--reduction_loc", *spelling, "--keep_rate", "0.5"])
+    args = cli.parse_args(speed_test.build_parser(), ["--reduction_loc", *spelling, "--keep_ratio", "0.5"])
     assert speed_test.config_from_args(args).reduction_loc == [3, 6, 9]
 
 
@@ -131,7 +131,7 @@ def test_sweep_and_calibrate_list_flag_spellings(spelling):
 
 
 @pytest.mark.parametrize(("name", "argv", "needle"), [
-    ("speed_test", ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--reduction_loc", "3,40"], "40"),
+    ("speed_test", ["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "0.5", "--reduction_loc", "3,40"], "40"),
     ("speed_test", ["--model", "no_such_model_224"], "no_such_model_224"),
     ("sweep", ["--model", "topk_no_such_vit_224"], "no_such_vit"),
     ("sweep", ["--model", "tome_deit_tiny_patch16_224", "--r", "500", "--input_sizes", "32"], "r=500"),

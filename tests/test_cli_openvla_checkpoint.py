@@ -58,7 +58,7 @@ def test_finetune_lora_with_reduction_and_reload(checkpoint: Path, tmp_path: Pat
         "--vla_path", str(checkpoint), "--data_root_dir", str(root), "--dataset_name", DATASET,
         "--run_root_dir", str(tmp_path / "runs"), "--batch_size", "2", "--max_steps", "2", "--save_steps", "2",
         "--lora_rank", "4", "--shuffle_buffer_size", "8", "--progress_bar", "false",
-        "--token_reduction.method", "topk_magnitude", "--token_reduction.reduction_ratio", "0.5",
+        "--token_reduction.method", "topk_magnitude", "--token_reduction.keep_ratio", "0.5",
     ])
     assert status == 0
     ckpt = next((tmp_path / "runs").glob("*/checkpoints/latest"))

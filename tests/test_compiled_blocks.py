@@ -38,6 +38,7 @@ def _actions(vla, inputs, setting) -> tuple[np.ndarray, torch.Tensor]:
             remove_token_reduction(vla)
 
 
+@pytest.mark.slow
 def test_compiled_blocks_follow_every_site_attached_after_compiling(model_and_inputs) -> None:
     vla, inputs = model_and_inputs
     eager = [_actions(vla, inputs, s) for s in SETTINGS]

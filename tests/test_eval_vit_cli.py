@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from prismatic_tr.bench.vit.fidelity_sweep import EvalVitConfig
 from prismatic_tr.vit import tokens_per_location
-from vla_scripts.eval_vit import EvalVitConfig, main, parse_config
+from vla_scripts.eval_vit import main, parse_config
 
 
 def test_sweep_writes_csv_json_png(tmp_path: Path) -> None:
-    cfg = EvalVitConfig(model="vit_tiny_patch16_224", img_size=64, methods=["topk", "tome"], keep_rates=[0.5],
+    cfg = EvalVitConfig(model="vit_tiny_patch16_224", img_size=64, methods=["topk", "tome"], keep_ratios=[0.5],
                         reduction_loc=[2, 5], tome_r=[3], num_images=4, batch_size=2, output_dir=tmp_path,
                         progress=False)
     rows = main(cfg)
@@ -32,7 +33,7 @@ def test_sweep_writes_csv_json_png(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ["--keep_rates", "[1.5]"],
+    ["--keep_ratios", "[1.5]"],
     ["--methods", "[evit]"],
     ["--model", "topk_deit_small_patch16_224"],
     ["--reduction_loc", "[12]"],
@@ -43,7 +44,7 @@ def test_sweep_writes_csv_json_png(tmp_path: Path) -> None:
     ["--timing_runs", "0"],
     ["--img_size", "8"],
     ["--model", "resnet18"],
-    ["--keep_rates", "0.5,1.5"],
+    ["--keep_ratios", "0.5,1.5"],
 ])
 def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -53,8 +54,8 @@ def test_bad_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.parametrize("spelling", [["0.7", "0.5"], ["0.7,0.5"], ["[0.7, 0.5]"]])
 def test_list_flags_take_every_spelling(spelling: list[str]) -> None:
-    cfg = parse_config(["--keep_rates", *spelling, "--reduction_loc", "2,5", "--methods", "topk"])
-    assert cfg.keep_rates == [0.7, 0.5] and cfg.reduction_loc == [2, 5] and cfg.methods == ["topk"]
+    cfg = parse_config(["--keep_ratios", *spelling, "--reduction_loc", "2,5", "--methods", "topk"])
+    assert cfg.keep_ratios == [0.7, 0.5] and cfg.reduction_loc == [2, 5] and cfg.methods == ["topk"]
 
 
 def test_timing_is_warm_and_interleaved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +66,7 @@ def test_timing_is_warm_and_interleaved(tmp_path: Path, monkeypatch: pytest.Monk
     calls: list[dict] = []
     real = timing.interleaved
     monkeypatch.setattr(timing, "interleaved", lambda fns, **kw: calls.append({"n": len(fns), **kw}) or real(fns, **kw))
-    cfg = EvalVitConfig(model="vit_tiny_patch16_224", img_size=32, methods=["topk"], keep_rates=[0.5, 0.25],
+    cfg = EvalVitConfig(model="vit_tiny_patch16_224", img_size=32, methods=["topk"], keep_ratios=[0.5, 0.25],
                         reduction_loc=[2], num_images=2, batch_size=2, output_dir=tmp_path, progress=False,
                         warmup=1, timing_runs=2)
     main(cfg)

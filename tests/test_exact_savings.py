@@ -91,6 +91,8 @@ def test_exact_savings_script_times_both_variants_and_checks_the_actions(tmp_pat
                           "--output", str(out)])
     assert result["identical_actions"] is True and result["all_blocks_ms"] > 0 and result["stop_early_ms"] > 0
     assert json.loads(out.read_text())["speedup"] == result["speedup"]
+    assert result["dtype"] == "float32" and result["command"].startswith("python benchmarks/exact_savings.py")
+    assert {"avx2", "avx512f", "amx_bf16"} <= set(result["machine"]["cpu"]["features"])  # the machine it ran on
     with pytest.raises(SystemExit) as exc:
         script.main(["--preset", "nope"])
     assert exc.value.code == 2

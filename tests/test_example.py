@@ -17,6 +17,7 @@ EXAMPLE = ROOT / "examples" / "token_reduction_example.py"
 ROW = re.compile(r"^(?P<label>\S.*?)\s+(?P<tokens>\d+)\s+\[(?P<action>[^\]]+)\]\s+(?P<k>\d+)/(?P<n>\d+)$", re.M)
 
 
+@pytest.mark.slow
 def test_example_runs_the_three_settings_on_the_bundled_policy():
     from prismatic_tr.reducers import num_kept
 

@@ -22,7 +22,7 @@ from prismatic_tr.training import FinetuneConfig, TokenReductionConfig, action_m
 from prismatic_tr.training.distributed import init_distributed  # noqa: E402
 from prismatic_tr.training.loop import build_loader, optimizer_step, prepare, run  # noqa: E402
 from prismatic_tr.vla import (  # noqa: E402
-    TokenReductionSettings,
+    Setting,
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
     attach_token_reduction,
@@ -79,7 +79,7 @@ LLM_REFUSED = r"site='llm' cannot be fine-tuned: the llm site prunes .* generati
         ({"quantization_bits": 3}, "quantization_bits=3"),
         ({"lora_dropout": 1.0}, "lora_dropout"),
         ({"token_reduction": {"method": "no_such_method"}}, "no_such_method"),
-        ({"token_reduction": {"method": "topk_magnitude", "reduction_ratio": 1.5}}, "1.5"),
+        ({"token_reduction": {"method": "topk_magnitude", "keep_ratio": 1.5}}, "1.5"),
         ({"max_steps": 10, "stop_at_step": 11}, r"stop_at_step=11 is not allowed; use an integer in \[1, max_steps=10\]"),
         ({"stop_at_step": 0}, "stop_at_step=0"),
         ({"token_reduction": {"site": "bogus"}}, r"site='bogus' is not allowed; use one of"),
@@ -105,15 +105,15 @@ def test_reduction_config_defaults_to_none():
 def test_reduction_config_takes_the_sites_defaults_and_names_the_run():
     """A site without a method takes the site's default method (read from prismatic_tr.vla.settings) and depth;
     the run name says site, method, depth and positions."""
-    vision = TokenReductionConfig(site="vision", reduction_ratio=0.25)
+    vision = TokenReductionConfig(site="vision", keep_ratio=0.25)
     assert (vision.method, vision.depth_fraction) == (DEFAULT_METHODS["vision"], DEFAULT_DEPTH_FRACTION)
-    assert vision.settings() == TokenReductionSettings.for_site("vision", reduction_ratio=0.25)
+    assert vision.settings() == Setting.for_site("vision", keep_ratio=0.25)
     assert TokenReductionConfig(method="spatial_pool").site == "projector"
     assert TokenReductionConfig(site="projector").method == DEFAULT_METHODS["projector"]
     cfg = FinetuneConfig(token_reduction={"site": "vision", "method": "norm", "depth_fraction": 0.5,
-                                          "reduction_ratio": 0.25, "positions": "compact"})
+                                          "keep_ratio": 0.25, "positions": "compact"})
     assert cfg.exp_id().endswith("+tr-vision-norm-d0.5-compact-0.25")
-    assert FinetuneConfig(token_reduction={"method": "random", "reduction_ratio": 0.5}).exp_id().endswith("+tr-random-0.5")
+    assert FinetuneConfig(token_reduction={"method": "random", "keep_ratio": 0.5}).exp_id().endswith("+tr-random-0.5")
 
 
 # --- bad input through the script: clear message, exit status 2, before any training ----------------
@@ -148,8 +148,8 @@ def test_cli_rejects_bad_input(paths, tmp_path, capsys, extra, match):
 
 # --- training -----------------------------------------------------------------------------------------
 
-REDUCTIONS = {"none": {}, "projector": {"method": "topk_magnitude", "reduction_ratio": 0.25},
-              "vision": {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.25}}
+REDUCTIONS = {"none": {}, "projector": {"method": "topk_magnitude", "keep_ratio": 0.25},
+              "vision": {"site": "vision", "depth_fraction": 0.25, "keep_ratio": 0.25}}
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
@@ -185,7 +185,7 @@ def test_frozen_vision_backbone_keeps_the_towers(paths, tmp_path, use_lora):
 
 def test_checkpoint_reloads_with_reduction_and_resumes(paths, tmp_path):
     cfg = make_cfg(paths, tmp_path, max_steps=2, save_steps=1, save_latest_checkpoint_only=False,
-                   token_reduction={"method": "topk_magnitude", "reduction_ratio": 0.25})
+                   token_reduction={"method": "topk_magnitude", "keep_ratio": 0.25})
     result = finetune(cfg)
     assert [r["step"] for r in result.history] == [1.0, 2.0]
     assert all(math.isfinite(r["loss"]) and 0 <= r["action_accuracy"] <= 1 for r in result.history)
@@ -219,7 +219,7 @@ def test_checkpoint_reloads_with_reduction_and_resumes(paths, tmp_path):
         torch.testing.assert_close(peft_model(**inputs).logits, out.logits, atol=1e-4, rtol=1e-4)
 
     resumed = finetune(make_cfg(paths, tmp_path, max_steps=2, resume_from=ckpt.parent / "step_000001",
-                                token_reduction={"method": "topk_magnitude", "reduction_ratio": 0.25}))
+                                token_reduction={"method": "topk_magnitude", "keep_ratio": 0.25}))
     assert resumed.start_step == 1 and [r["step"] for r in resumed.history] == [2.0]
 
 
@@ -228,7 +228,7 @@ def test_vision_site_checkpoint_reloads_as_the_trained_policy(paths, tmp_path, u
     """Fine-tune with the vision site, reload the checkpoint (``load_vla`` + ``apply_token_reduction_from_config``):
     the same setting (site, method, depth, positions) and the trained model's logits, fp32-tight."""
     cfg = make_cfg(paths, tmp_path, max_steps=2, use_lora=use_lora,
-                   token_reduction={"site": "vision", "depth_fraction": 0.5, "reduction_ratio": 0.25})
+                   token_reduction={"site": "vision", "depth_fraction": 0.5, "keep_ratio": 0.25})
     assert f"+tr-vision-{DEFAULT_METHODS['vision']}-d0.5-0.25" in cfg.exp_id()
     s = prepare(cfg, init_distributed())
     result = run(s)

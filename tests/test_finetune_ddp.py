@@ -30,7 +30,7 @@ def test_torchrun_two_processes(tmp_path_factory: pytest.TempPathFactory, tmp_pa
         "--run_root_dir", str(tmp_path / "runs"), "--batch_size", "2", "--max_steps", "2", "--save_steps", "2",
         "--grad_accumulation_steps", "2",
         "--lora_rank", "4", "--shuffle_buffer_size", "8", "--log_every", "1", "--progress_bar", "false",
-        "--token_reduction.method", "topk_magnitude", "--token_reduction.reduction_ratio", "0.5",
+        "--token_reduction.method", "topk_magnitude", "--token_reduction.keep_ratio", "0.5",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # this checkout's code

@@ -22,7 +22,7 @@ from prismatic_tr.training.loop import build_loader, distillation_for, optimizer
 from prismatic_tr.training.model import build_teacher  # noqa: E402
 from prismatic_tr.vla import get_token_reduction  # noqa: E402
 
-VISION = {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.1}
+VISION = {"site": "vision", "depth_fraction": 0.25, "keep_ratio": 0.1}
 
 
 # --- the divergence -------------------------------------------------------------------------------------

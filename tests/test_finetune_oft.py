@@ -19,18 +19,19 @@ pytest.importorskip("tensorflow_datasets")
 from helpers.oft_fixtures import write_oft_demos, write_tiny_base, write_tiny_oft  # noqa: E402
 
 from prismatic_tr.models import load_vla  # noqa: E402
+from prismatic_tr.models.family import family_of  # noqa: E402
 from prismatic_tr.models.oft import predict_chunk  # noqa: E402
 from prismatic_tr.policy import adapters  # noqa: E402
 from prismatic_tr.policy.oft_recipe import DATASET  # noqa: E402
 from prismatic_tr.training import FinetuneConfig, finetune  # noqa: E402
 from prismatic_tr.training.distributed import init_distributed  # noqa: E402
-from prismatic_tr.training.loop import distillation_for, prepare, run  # noqa: E402
-from prismatic_tr.training.oft import ChunkDistillation, OFTTask, chunk_metrics, is_oft_path  # noqa: E402
+from prismatic_tr.training.loop import distillation_for, prepare, run, task_for  # noqa: E402
+from prismatic_tr.training.oft import ChunkDistillation, OFTTask, chunk_metrics  # noqa: E402
 from prismatic_tr.training.step import accumulated_step  # noqa: E402
 from prismatic_tr.vla import apply_token_reduction_from_config, get_token_reduction  # noqa: E402
 from vla_scripts.finetune import main  # noqa: E402
 
-VISION = {"site": "vision", "depth_fraction": 0.25, "reduction_ratio": 0.25}
+VISION = {"site": "vision", "depth_fraction": 0.25, "keep_ratio": 0.25}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,8 @@ def chunk_of(vla: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tens
 
 
 def test_oft_checkpoints_are_recognised(tiny_oft: Path, base: Path) -> None:
-    assert is_oft_path(tiny_oft) and not is_oft_path(base) and not is_oft_path("openvla/openvla-7b")
+    assert [family_of(p).name for p in (tiny_oft, base, "openvla/openvla-7b")] == ["openvla-oft", "openvla", "openvla"]
+    assert isinstance(task_for(str(tiny_oft)), OFTTask) and not isinstance(task_for(str(base)), OFTTask)
 
 
 @pytest.mark.parametrize("use_lora", [True, False])

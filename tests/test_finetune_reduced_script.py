@@ -12,14 +12,19 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "finetune_reduced.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+COMMANDS = ("prismatic-tr-make-demos", "prismatic-tr-make-onpolicy-data", "prismatic-tr-finetune",
+            "prismatic-tr-eval-policy", "prismatic-tr-choose-checkpoint", "prismatic-tr-adapters")
 
 
 def _run(tmp_path: Path, out: Path, args: list[str], **env: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """The script with a stand-in PYTHON that only leaves a mark, so any work it starts shows."""
+    """The script with a stand-in PYTHON, and stand-in console scripts beside it (the commands the script runs), that
+    only leave a mark, so any work it starts shows."""
     mark = tmp_path / "worked"
     python = tmp_path / "python"
-    python.write_text(f"#!/usr/bin/env bash\necho \"$@\" >> {mark}\n")
-    python.chmod(0o755)
+    for name in ("python", *COMMANDS):
+        stand_in = tmp_path / name
+        stand_in.write_text(f"#!/usr/bin/env bash\necho \"$(basename \"$0\") $@\" >> {mark}\n")
+        stand_in.chmod(0o755)
     full_env = {**os.environ, "PYTHON": str(python), "OUT_DIR": str(out), "DATA": str(tmp_path / "data"), **env}
     proc = subprocess.run(["bash", str(SCRIPT), *args], env=full_env, capture_output=True, text=True, timeout=60)
     return proc, mark
@@ -42,7 +47,7 @@ def test_output_folder_with_another_run_is_refused_before_any_work(tmp_path, hel
     out.mkdir()
     for sub in held.split():
         (out / sub).mkdir(parents=True)
-    proc, mark = _run(tmp_path, out, ["vision", "diverse", "0.1", "0.25", "4", "2"], **env)
+    proc, mark = _run(tmp_path, out, ["vision:diverse:0.1@0.25", "4", "2"], **env)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("finetune_reduced.sh: error: ") and str(out) in lines[0]
@@ -51,10 +56,12 @@ def test_output_folder_with_another_run_is_refused_before_any_work(tmp_path, hel
 
 
 @pytest.mark.parametrize("args, message", [
-    (["llm", "attention", "0.1", "0.25", "4", "2"], "site llm is not allowed; use projector or vision"),
-    (["vision", "diverse", "0.1", "0.25", "many", "2"], "STEPS=many is not allowed"),
-    (["vision", "diverse", "0.1", "0.25", "4", "2", "POLICY=pi0"], "POLICY=pi0 is not allowed; use openvla or oft"),
-    (["vision", "diverse", "0.1", "0.25", "4", "2", "TEST_EPISODES=all"], "TEST_EPISODES=all is not allowed"),
+    (["llm:attention:0.1@0.25", "4", "2"], "site llm is not allowed; use projector or vision"),
+    (["vision", "diverse", "0.1", "0.25", "4", "2"], "setting vision is not one site's [site:]method:keep[@depth]"),
+    (["vision:diverse:0.1@0.25+llm:attention:0.5@0.25", "4", "2"], "is not one site's"),
+    (["vision:diverse:0.1@0.25", "many", "2"], "STEPS=many is not allowed"),
+    (["vision:diverse:0.1@0.25", "4", "2", "POLICY=pi0"], "POLICY=pi0 is not allowed; use openvla or oft"),
+    (["vision:diverse:0.1@0.25", "4", "2", "TEST_EPISODES=all"], "TEST_EPISODES=all is not allowed"),
 ])
 def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message) -> None:
     env = dict(a.split("=", 1) for a in args if "=" in a)
@@ -64,5 +71,5 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message) -> N
 
 def test_an_empty_folder_goes_ahead(tmp_path) -> None:
     """The check lets a fresh folder through: the first thing run is the demonstrations (the stand-in python)."""
-    proc, mark = _run(tmp_path, tmp_path / "out", ["vision", "diverse", "0.1", "0.25", "4", "2"])
-    assert mark.exists() and "make_demos.py" in mark.read_text().splitlines()[0]
+    proc, mark = _run(tmp_path, tmp_path / "out", ["vision:diverse:0.1@0.25", "4", "2"])
+    assert mark.exists() and mark.read_text().splitlines()[0].startswith("prismatic-tr-make-demos ")

@@ -16,7 +16,7 @@ from prismatic_tr.reducers.strategies.saliency import mean_dissimilarity
 from prismatic_tr.reducers.tensor_ops import top_indices
 from prismatic_tr.vit.shared import tower_width
 from prismatic_tr.vla import (
-    TokenReductionSettings,
+    Setting,
     apply_token_reduction_from_config,
     apply_token_reduction_to_vla,
     attach_token_reduction,
@@ -26,7 +26,8 @@ from prismatic_tr.vla import (
     token_reduction_parameters,
 )
 
-VISION = dict(site="vision", reduction_ratio=0.25, depth_fraction=0.5)
+VISION = dict(site="vision", reduction_ratio=0.25, depth_fraction=0.5)  # apply_token_reduction_to_vla's keywords
+VISION_SETTING = dict(site="vision", keep_ratio=0.25, depth_fraction=0.5)  # the same as Setting fields
 
 
 def _scorer_values(width: int, seed: int = 0) -> list[float]:
@@ -119,7 +120,7 @@ def test_trained_scorer_rides_with_the_setting(tmp_path) -> None:
         trained = run_and_kept(vla, lambda: vla(**inp).logits)
     assert not torch.equal(untrained[1], trained[1])
     [now] = current_token_reduction(vla)
-    assert now.scorer == pytest.approx(handle.scorer.values()) and vla.config.token_reduction["scorer"] == now.scorer
+    assert now.scorer == pytest.approx(handle.scorer.values()) and vla.config.token_reduction["scorer"] == list(now.scorer)
     vla.save_pretrained(tmp_path)
     remove_token_reduction(vla)
     loaded, _ = load_vla(tmp_path)
@@ -130,14 +131,14 @@ def test_trained_scorer_rides_with_the_setting(tmp_path) -> None:
     remove_token_reduction(loaded)
     before = snapshot(loaded)
     width = tower_width(loaded.vision_backbone.featurizer)
-    wrong = TokenReductionSettings(method="learned", scorer=[0.0] * 5, **VISION)
+    wrong = Setting(method="learned", scorer=[0.0] * 5, **VISION_SETTING)
     with pytest.raises(ValueError, match=f"{width} wide, so it needs {width + 1}"):
         attach_token_reduction(loaded, wrong)
     assert_same(before, snapshot(loaded))
     with pytest.raises(ValueError, match="scorer goes with method 'learned'"):
-        TokenReductionSettings(method="diverse", scorer=[0.0] * (width + 1), **VISION)
+        Setting(method="diverse", scorer=[0.0] * (width + 1), **VISION_SETTING)
     with pytest.raises(ValueError, match="unknown reduction method 'learned'"):
-        TokenReductionSettings(method="learned", reduction_ratio=0.25)  # projector site: not a reducer
+        Setting(method="learned", keep_ratio=0.25)  # projector site: not a reducer
 
 
 # --- fine-tuning with a learned selection ---------------------------------------------------------------------
@@ -154,7 +155,7 @@ def test_finetune_trains_the_scorer_and_the_checkpoint_carries_it(paths, tmp_pat
     from prismatic_tr.training.distributed import DistInfo, init_distributed
     from prismatic_tr.training.loop import prepare, run
 
-    setting = {"site": "vision", "method": "learned", "depth_fraction": 0.5, "reduction_ratio": 0.25}
+    setting = {"site": "vision", "method": "learned", "depth_fraction": 0.5, "keep_ratio": 0.25}
     cfg = make_cfg(paths, tmp_path, max_steps=3, save_steps=2, save_latest_checkpoint_only=False, use_lora=use_lora,
                    learning_rate=0.05, token_reduction=setting)
     s = prepare(cfg, init_distributed())
@@ -186,7 +187,7 @@ def test_finetune_trains_the_scorer_and_the_checkpoint_carries_it(paths, tmp_pat
 
 def test_eval_policy_evaluates_the_setting_a_checkpoint_carries(tmp_path) -> None:
     """``--settings own``: the checkpoint's stored setting, its trained scorer included; refused without one."""
-    from vla_scripts.eval_policy import EvalPolicyConfig
+    from prismatic_tr.policy.closed_loop_eval import EvalPolicyConfig
 
     vla = tiny()
     apply_token_reduction_to_vla(vla, "learned", **VISION)
@@ -246,7 +247,7 @@ def _checkpoint_with_scorer(vla_dir, dest, depth_fraction: float = 0.5) -> list[
     width = tower_width(load_vla(vla_dir)[0].vision_backbone.featurizer)
     values = [float(v) for v in torch.tensor(_scorer_values(width, seed=5))]  # float32-exact
     config = json.loads((dest / "config.json").read_text())
-    config["token_reduction"] = TokenReductionSettings(method="learned", site="vision", reduction_ratio=0.25,
+    config["token_reduction"] = Setting(method="learned", site="vision", keep_ratio=0.25,
                                                        depth_fraction=depth_fraction, scorer=values).to_dict()
     (dest / "config.json").write_text(json.dumps(config))
     return values
@@ -264,12 +265,12 @@ def test_finetune_from_a_learned_checkpoint_keeps_its_scorer(paths, tmp_path) ->
 
     _, vla_dir = paths
     saved = _checkpoint_with_scorer(vla_dir, tmp_path / "learned_ckpt")
-    setting = {"site": "vision", "method": "learned", "depth_fraction": 0.5, "reduction_ratio": 0.1}
+    setting = {"site": "vision", "method": "learned", "depth_fraction": 0.5, "keep_ratio": 0.1}
     cfg = make_cfg(paths, tmp_path, vla_path=str(tmp_path / "learned_ckpt"), max_steps=1, learning_rate=0.05,
                    token_reduction=setting)
     s = prepare(cfg, init_distributed())
     handle = get_token_reduction(s.vla)
-    assert handle.scorer.values() == saved and handle.settings.reduction_ratio == 0.1
+    assert handle.scorer.values() == saved and handle.settings.keep_ratio == 0.1
     assert all(any(p is q for g in s.optimizer.param_groups for q in g["params"]) for p in handle.scorer_parameters())
     result = run(s)
     trained = load_vla(result.last_checkpoint)[0].config.token_reduction["scorer"]

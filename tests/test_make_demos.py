@@ -148,6 +148,7 @@ def test_output_dir_that_is_a_file_exits_2(tmp_path, capsys):
     assert exc.value.code == 2 and str(afile) in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_script_runs_as_a_program():
     """``--help`` describes the program; a bad flag exits 2 (the script resolves its imports)."""
     script, env = ROOT / "vla_scripts" / "make_demos.py", {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -149,10 +149,22 @@ def test_held_out_goal_check_refuses_a_test_goal_near_a_demonstration_goal():
     ({"seed": 499_990, "episodes_per_task": 5, "max_failures": 10}, "no split"),
     ({"image_size": 8}, "image size 8"),
     ({"dataset_name": "Bad-Name"}, "Bad-Name"),
+    ({"task_episodes": {"fly-v3": 3}}, "'fly-v3', which is not among --tasks"),
+    ({"tasks": ["push-v3"], "task_episodes": {"reach-v3": 3}}, "'reach-v3', which is not among --tasks"),
+    ({"task_episodes": {"reach-v3": 0}}, "reach-v3: 0 is not allowed"),
+    ({"seed": 499_900, "task_episodes": {"reach-v3": 200}}, "no split"),
 ])
 def test_demo_config_refuses_bad_values(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         MetaWorldDemoConfig(**kwargs)
+
+
+def test_demo_config_counts_per_task():
+    cfg = MetaWorldDemoConfig(tasks=["reach-v3", "push-v3"], episodes_per_task=5, max_failures=2, seed=10,
+                              task_episodes={"push-v3": 8})
+    assert (cfg.episodes_of("reach-v3"), cfg.episodes_of("push-v3")) == (5, 8)
+    assert cfg.seed_range("reach-v3") == range(10, 17) and cfg.seed_range("push-v3") == range(10, 20)
+    assert cfg.seeds_per_task == 10
 
 
 def test_script_exits_2_naming_the_allowed_tasks():
@@ -225,8 +237,10 @@ def test_a_seed_sets_the_scene_and_test_goals_are_held_out():
 
 
 @needs_metaworld
+@pytest.mark.slow
 def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
-    """make_metaworld_demos.py (its experts in a child process) writes 2 episodes; the OFT reader reads them here."""
+    """make_metaworld_demos.py (its experts in a child process) writes 3 episodes (2 of reach by --task_episodes, 1
+    of pick-place); the OFT reader reads them here."""
     pytest.importorskip("tensorflow_datasets")
     import torch  # noqa: F401  (torch before tensorflow)
 
@@ -234,19 +248,20 @@ def test_demonstrations_round_trip_through_the_projects_reader(tmp_path):
     from prismatic_tr.data.oft import OFTChunkSource
 
     script = ROOT / "vla_scripts" / "make_metaworld_demos.py"
-    flags = ["--tasks", "reach-v3,pick-place-v3", "--episodes_per_task", "1", "--output_dir", str(tmp_path),
+    flags = ["--tasks", "reach-v3,pick-place-v3", "--episodes_per_task", "1", "--task_episodes", "{reach-v3: 2}",
+             "--output_dir", str(tmp_path),
              "--dataset_name", "mw_test", "--image_size", str(SIZE), "--progress", "false"]
     out = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-4000:]
-    assert "reach-v3: expert success 1/1" in out.stdout and "pick-place-v3: expert success 1/1" in out.stdout
+    assert "reach-v3: expert success 2/2" in out.stdout and "pick-place-v3: expert success 1/1" in out.stdout
     summary = json.loads((tmp_path / "mw_test" / "demos.json").read_text())
-    assert {t: summary["tasks"][t]["written"] for t in summary["tasks"]} == {"reach-v3": 1, "pick-place-v3": 1}
+    assert {t: summary["tasks"][t]["written"] for t in summary["tasks"]} == {"reach-v3": 2, "pick-place-v3": 1}
     assert summary["state_fields"] == list(STATE_FIELDS)
     src = OFTChunkSource(tmp_path, "mw_test", chunk=4, num_images=2)
-    assert src.num_episodes == 2 and src.image_keys == ["observation/image", "observation/wrist_image"]
+    assert src.num_episodes == 3 and src.image_keys == ["observation/image", "observation/wrist_image"]
     steps = list(src.decode(src.step_dataset()).as_numpy_iterator())
-    lengths = [summary["tasks"][t]["length_max"] for t in ("reach-v3", "pick-place-v3")]
+    lengths = [summary["tasks"][t]["transitions"] for t in ("reach-v3", "pick-place-v3")]
     assert len(steps) == sum(lengths) == RLDSSource(tmp_path, "mw_test").num_transitions()
     first, last = steps[0], steps[-1]
     assert first["instruction"].decode() == TASKS["reach-v3"].instruction
@@ -330,6 +345,7 @@ def test_a_pooled_environment_gives_the_episode_a_new_one_gives():
 
 
 @needs_metaworld
+@pytest.mark.slow
 def test_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads():
     run_fresh("check_a_policy_runs_metaworld_closed_loop_drawing_only_what_it_reads")
 

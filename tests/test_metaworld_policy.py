@@ -59,6 +59,24 @@ def test_training_command_refuses_demonstrations_written_with_another_count(tmp_
     assert exc.value.code == 2 and "holds 5 demonstrations per task" in capsys.readouterr().err
 
 
+def test_training_command_counts_demonstrations_per_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    flags = ["--output_dir", str(tmp_path), "--episodes_per_task", "5", "--task_episodes", "{push-v3: 9}"]
+    cfg = train_metaworld_policy.parse_config(flags)
+    demo = cfg.demo_config()
+    assert (demo.episodes_of("push-v3"), demo.episodes_of("reach-v3")) == (9, 5)
+    written = tmp_path / "data" / "metaworld_mt10"
+    written.mkdir(parents=True)
+    (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5, "task_episodes": {"push-v3": 9}},
+                                                    "state_fields": list(STATE_FIELDS)}))
+    assert train_metaworld_policy.parse_config(flags).task_episodes == {"push-v3": 9}   # the same counts: reused
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(flags[:4])
+    assert exc.value.code == 2 and "({'push-v3': 9} named)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config([*flags[:4], "--task_episodes", "{fly-v3: 9}"])
+    assert exc.value.code == 2 and "fly-v3" in capsys.readouterr().err
+
+
 def test_training_command_refuses_demonstrations_and_policies_of_another_state(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture) -> None:
     data = tmp_path / "data" / "metaworld_mt10"
@@ -103,7 +121,7 @@ def test_the_table_has_the_issues_settings_and_needs_its_baseline_first() -> Non
     settings = [parse_setting(s) for s in TABLE_SETTINGS]
     assert settings[0].is_baseline and len({s.label for s in settings}) == 8
     assert [s.parts[0].site for s in settings[1:]] == ["projector"] * 3 + ["vision"] * 3 + ["llm"]
-    assert [s.parts[0].reduction_ratio for s in settings[1:7]] == [0.5, 0.25, 0.1] * 2
+    assert [s.parts[0].keep_ratio for s in settings[1:7]] == [0.5, 0.25, 0.1] * 2
     with pytest.raises(ValueError, match="baseline"):
         evaluate_metaworld_settings(None, None, settings[1:], ["reach-v3"], "test", 1, "k")
 
@@ -222,11 +240,12 @@ def test_the_shipped_policy_is_its_recipe_s_choice_and_acts() -> None:
     assert vla.vision_backbone.get_num_images_in_input() == 2 and DATASET in vla.norm_stats
     inputs = sample_inputs(processor, "close the drawer", 1, 224, 0, num_images=2, proprio_dim=len(STATE_FIELDS))
     with torch.no_grad():
-        chunk = np.asarray(vla.predict_action(**inputs, unnorm_key=DATASET, do_sample=False))
+        chunk = np.asarray(vla.predict_action(**inputs, unnorm_key=DATASET, do_sample=False)[0])
     assert chunk.reshape(-1, 7).shape == (vla.oft.num_actions_chunk, 7) and np.isfinite(chunk).all()
 
 
 @needs_metaworld
+@pytest.mark.slow
 def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
     """Two test episodes of drawer-close (50 of 50 in its recipe's test run), closed loop in a spawned worker (the
     suite may have imported tensorflow here, which OSMesa's mujoco must not meet)."""
@@ -240,6 +259,7 @@ def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
 
 
 @needs_metaworld
+@pytest.mark.slow
 def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episodes(tmp_path: Path) -> None:
     """Demonstrations (1 reach episode at 64 px) -> 2 training steps -> 2 candidates chosen on 1 validation
     episode -> 1 test episode, every closed loop in a spawned child; then eval_metaworld.py on the chosen
@@ -327,3 +347,55 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert record["setting"] == "vision:diverse:0.5@0.25" and record["base_policy"] == str(chosen)
     assert record["evaluation"]["test"]["setting"] == "vision:diverse:0.5@0.25"
     assert record["selection"]["rule"] == "the last step's checkpoint"
+
+
+# ---------------------------------------------------------------- the failure diagnosis's pure parts (no metaworld)
+
+
+def synthetic_trace(task: str, tcp_path: list, obj_path: list, goal=(0.3, 0.0, 0.1), outcome: str = "timeout",
+                    seed: int = 0):
+    """A trace whose hand (tcp) and object go through the given points (one per step), the goal fixed."""
+    from prismatic_tr.policy.metaworld_diagnosis import EpisodeTrace
+
+    raw = np.zeros((len(tcp_path), 39))
+    raw[:, 4:7], raw[:, -3:] = obj_path, goal
+    return EpisodeTrace(task, seed, outcome, raw, np.asarray(tcp_path, dtype=float))
+
+
+START, PUCK, HALF = (0.0, -0.2, 0.3), (0.0, 0.0, 0.02), (0.2, 0.0, 0.02)
+
+
+@pytest.mark.parametrize("task, tcp, obj, outcome, phase", [
+    ("push-v3", [START, (0.0, -0.1, 0.2)], [PUCK, PUCK], "timeout", "none"),
+    ("push-v3", [START, PUCK], [PUCK, PUCK], "timeout", "approach"),
+    ("push-v3", [START, PUCK], [PUCK, (0.0, 0.02, 0.02)], "timeout", "contact"),
+    ("push-v3", [START, HALF], [PUCK, HALF], "timeout", "transport"),
+    ("pick-place-v3", [START, HALF], [PUCK, HALF], "timeout", "contact"),        # slid, never lifted
+    ("pick-place-v3", [START, (0.0, 0.0, 0.08)], [PUCK, (0.0, 0.0, 0.08)], "timeout", "lift"),
+    ("pick-place-v3", [START, (0.2, 0.0, 0.08)], [PUCK, (0.2, 0.0, 0.08)], "timeout", "transport"),
+    ("reach-v3", [START, (0.0, -0.2, 0.2)], [PUCK, PUCK], "timeout", "none"),
+    ("reach-v3", [START, (0.28, 0.0, 0.12)], [PUCK, PUCK], "timeout", "transport"),
+    ("reach-v3", [START, START], [PUCK, PUCK], "success", "success"),
+])
+def test_diagnosis_names_the_phase_an_episode_reached(task, tcp, obj, outcome, phase):
+    from prismatic_tr.policy.metaworld_diagnosis import episode_row, phase_reached
+
+    trace = synthetic_trace(task, tcp, obj, outcome=outcome)
+    assert phase_reached(trace) == phase
+    row = episode_row(trace)
+    assert row["phase"] == phase and row["steps"] == 1
+
+
+def test_diagnosis_summary_says_whether_the_hand_follows_the_goal():
+    from prismatic_tr.policy.metaworld_diagnosis import summarise
+
+    goals = [(0.1 * i, 0.6 + 0.02 * i, 0.1) for i in range(4)]
+    follows = [synthetic_trace("reach-v3", [START, g], [PUCK, PUCK], goal=g, seed=i) for i, g in enumerate(goals)]
+    same = [synthetic_trace("reach-v3", [START, (0.0, 0.6, 0.1)], [PUCK, PUCK], goal=g, seed=i)
+            for i, g in enumerate(goals)]
+    record = summarise(same, follows)
+    assert record["task"] == "reach-v3"
+    assert record["expert"]["follows_goal"]["x"]["correlation"] == pytest.approx(1.0)
+    assert record["policy"]["follows_goal"]["x"]["hand_spread_m"] == 0.0
+    assert record["policy"]["phases"]["transport"] == 4 and record["policy"]["successes"] == 0
+    json.dumps(record)   # JSON-ready

@@ -88,14 +88,17 @@ def check_both(checkout: Path, elsewhere: Path, package_path: list[Path], packag
         assert seen["api"] == "prismatic_tr.vla.api", case
 
 
+@pytest.mark.slow
 def test_source_tree_merges_with_an_openvla_checkout(checkout, tmp_path):
     check_both(checkout, tmp_path, [REPO], REPO)
 
 
+@pytest.mark.slow
 def test_built_wheel_merges_with_an_openvla_checkout(checkout, unpacked_wheel, tmp_path):
     check_both(checkout, tmp_path, [unpacked_wheel], unpacked_wheel)
 
 
+@pytest.mark.slow
 def test_installed_package_merges_with_an_openvla_checkout(checkout, tmp_path):
     """This venv's own install (editable in CI); skipped when it is another checkout's."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}

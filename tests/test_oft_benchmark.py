@@ -54,8 +54,9 @@ def run(vla, inputs):
 
 
 def predict(vla, inputs: dict) -> np.ndarray:
-    return vla.predict_action(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"],
-                              proprio=inputs["proprio"], unnorm_key=next(iter(vla.norm_stats)))
+    actions, _ = vla.predict_action(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"],
+                                    proprio=inputs["proprio"], unnorm_key=next(iter(vla.norm_stats)))
+    return actions
 
 
 def test_inputs_hold_two_images_and_proprio(inputs):

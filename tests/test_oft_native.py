@@ -22,10 +22,11 @@ from helpers.calls import run_and_kept
 from helpers.positions import sharpen_attention
 
 from prismatic_tr.models import NativeOpenVLAOFT, OFTSettings, build_oft_vla, build_processor, load_vla
+from prismatic_tr.models.family import family_of
 from prismatic_tr.models.oft_pass import action_sequence
 from prismatic_tr.models.prompt import Prompt
 from prismatic_tr.vla import apply_token_reduction_to_vla, remove_token_reduction, visual_token_count
-from prismatic_tr.vla.locate import find_vision_backbone, is_oft_model
+from prismatic_tr.vla.locate import find_vision_backbone
 
 ATOL = 1e-5
 
@@ -75,7 +76,13 @@ def native_actions(model: NativeOpenVLAOFT, images: int, proprio: bool, seed: in
     model.vision_backbone.set_num_images_in_input(images)
     ids = prompt_ids(12, seed)
     return model.predict_action(input_ids=ids, unnorm_key="oft_tiny", pixel_values=pixels(images, seed),
-                                proprio=np.linspace(-1, 1, 8) if proprio else None, return_hidden_states=True)
+                                proprio=np.linspace(-1, 1, 8) if proprio else None)
+
+
+def act(vla: NativeOpenVLAOFT, **inputs: Any) -> np.ndarray:
+    """The actions of ``predict_action``'s pair (OFT's convention: actions, slot hidden states)."""
+    actions, _ = vla.predict_action(**inputs)
+    return actions
 
 
 @pytest.mark.parametrize("l1", [True, False], ids=["l1-head", "discrete"])
@@ -144,11 +151,10 @@ def tiny_inputs(images: int, batch: int = 1, length: int = 9, seed: int = 0) -> 
 @pytest.mark.parametrize("images", [1, 3])
 def test_shapes(images, head, attention):
     vla = tiny(images, head=head, attention=attention)
-    assert is_oft_model(vla) and find_vision_backbone(vla).backbone is vla.vision_backbone
+    assert family_of(vla).chunked and find_vision_backbone(vla).backbone is vla.vision_backbone
     assert vla.vision_backbone.get_num_patches() * vla.vision_backbone.get_num_images_in_input() == images * 256
-    one = vla.predict_action(**tiny_inputs(images), proprio=np.zeros(8))
-    two, hidden = vla.predict_action(**tiny_inputs(images, batch=2), proprio=np.zeros((2, 8)),
-                                     return_hidden_states=True)
+    one = act(vla, **tiny_inputs(images), proprio=np.zeros(8))
+    two, hidden = vla.predict_action(**tiny_inputs(images, batch=2), proprio=np.zeros((2, 8)))
     assert one.shape == (8, 7) and two.shape == (2, 8, 7) and hidden.shape == (2, 56, 64)
     assert np.isfinite(two).all()
 
@@ -158,7 +164,7 @@ def test_a_padded_batch_acts_as_each_prompt_alone(attention):
     vla = tiny(2, attention=attention)
     short, long = prompt_ids(6, 1, vocab=1000), prompt_ids(10, 2, vocab=1000)
     px, state = pixels(2, 0, batch=2), np.linspace(-1, 1, 16).reshape(2, 8)
-    alone = [vla.predict_action(input_ids=ids, pixel_values=px[i : i + 1], proprio=state[i], unnorm_key="bridge_orig")
+    alone = [act(vla, input_ids=ids, pixel_values=px[i : i + 1], proprio=state[i], unnorm_key="bridge_orig")
              for i, ids in enumerate((short, long))]
     for side in ("left", "right"):
         padded = torch.zeros(2, 10, dtype=torch.long)
@@ -166,8 +172,8 @@ def test_a_padded_batch_acts_as_each_prompt_alone(attention):
         lo = 4 if side == "left" else 0
         padded[0, lo : lo + 6], mask[0, lo : lo + 6] = short[0], 1
         padded[1], mask[1] = long[0], 1
-        batch = vla.predict_action(input_ids=padded, attention_mask=mask, pixel_values=px, proprio=state,
-                                   unnorm_key="bridge_orig")
+        batch = act(vla, input_ids=padded, attention_mask=mask, pixel_values=px, proprio=state,
+                    unnorm_key="bridge_orig")
         np.testing.assert_allclose(batch, np.stack(alone), rtol=0, atol=ATOL)
 
 
@@ -177,7 +183,7 @@ def test_attention_variants():
     hidden = {}
     for attention in ("causal", "bidirectional", "bidirectional_actions"):
         vla = tiny(1, attention=attention)
-        hidden[attention] = vla.predict_action(**tiny_inputs(1), proprio=np.zeros(8), return_hidden_states=True)[1]
+        hidden[attention] = vla.predict_action(**tiny_inputs(1), proprio=np.zeros(8))[1]
     causal, both, actions = hidden["causal"], hidden["bidirectional"], hidden["bidirectional_actions"]
     torch.testing.assert_close(actions[:, 0], causal[:, 0], rtol=0, atol=1e-6)
     assert (actions[:, 1:] - causal[:, 1:]).abs().max() > 1e-4
@@ -252,13 +258,13 @@ def test_the_pass_compiles_to_whole_graphs(site):
 def test_sites_on_the_native_model(site, method, images):
     vla = tiny(images)
     inputs = tiny_inputs(images)
-    before = vla.predict_action(**inputs, proprio=np.zeros(8))
+    before = act(vla, **inputs, proprio=np.zeros(8))
     keys = list(vla.state_dict())
     seen: dict[str, Any] = {}
     hook = vla.projector.register_forward_hook(lambda m, a, out: seen.__setitem__("visual", out.shape[1]))
     try:
         apply_token_reduction_to_vla(vla, method, 0.25, site=site, depth_fraction=0.5 if site == "vision" else None)
-        reduced, kept = run_and_kept(vla, lambda: vla.predict_action(**inputs, proprio=np.zeros(8)))
+        reduced, kept = run_and_kept(vla, lambda: act(vla, **inputs, proprio=np.zeros(8)))
         k = vla.vision_backbone.get_num_patches()
         assert k == 64 and visual_token_count(vla) == images * k == seen["visual"] == kept.shape[1]
         assert vla.vision_backbone.get_num_images_in_input() == images
@@ -266,7 +272,7 @@ def test_sites_on_the_native_model(site, method, images):
     finally:
         hook.remove()
         remove_token_reduction(vla)
-    assert np.array_equal(vla.predict_action(**inputs, proprio=np.zeros(8)), before), "undo must be exact"
+    assert np.array_equal(act(vla, **inputs, proprio=np.zeros(8)), before), "undo must be exact"
     assert list(vla.state_dict()) == keys and vla.vision_backbone.get_num_patches() == 256
 
 
@@ -285,7 +291,7 @@ def test_kept_tokens_keep_their_original_positions(site, images):
     hook = vla.language_model.model.register_forward_hook(grab, with_kwargs=True)
     try:
         apply_token_reduction_to_vla(vla, "random", 0.25, site=site, depth_fraction=0.5 if site == "vision" else None)
-        _, kept = run_and_kept(vla, lambda: vla.predict_action(**inputs, proprio=np.zeros(8)))
+        _, kept = run_and_kept(vla, lambda: act(vla, **inputs, proprio=np.zeros(8)))
     finally:
         hook.remove()
         remove_token_reduction(vla)
@@ -348,13 +354,13 @@ def test_the_llm_site_drops_visual_tokens_inside_the_one_pass(attention, monkeyp
     vla = tiny(2, attention=attention)
     sharpen_attention(vla.language_model)
     inputs, state = tiny_inputs(2), np.linspace(-1, 1, 8)
-    before, before_hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+    before, before_hidden = vla.predict_action(**inputs, proprio=state)
     keys = list(vla.state_dict())
     apply_token_reduction_to_vla(vla, site="llm", reduction_ratio=0.25, depth_fraction=0.5)
     try:
         assert visual_token_count(vla) == 512  # the projector still hands the pass every token
         with torch.no_grad(), reduction_call(vla) as call:
-            actions, hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+            actions, hidden = vla.predict_action(**inputs, proprio=state)
         kept = call.llm_kept
         assert kept.shape == (1, 128) and torch.all(kept.diff(dim=1) > 0) and int(kept.max()) < 512
         prompt = vla.make_prompt(inputs["input_ids"], None, for_actions=True)
@@ -363,10 +369,10 @@ def test_the_llm_site_drops_visual_tokens_inside_the_one_pass(attention, monkeyp
         assert not syncs, syncs
     finally:
         remove_token_reduction(vla)
-    assert np.array_equal(vla.predict_action(**inputs, proprio=state), before), "undo must be exact"
+    assert np.array_equal(act(vla, **inputs, proprio=state), before), "undo must be exact"
     assert list(vla.state_dict()) == keys
     monkeypatch.setattr(oft_module, "every_layer_gets", blind_after(1, 1 + kept[0], 512))
-    ref_actions, ref_hidden = vla.predict_action(**inputs, proprio=state, return_hidden_states=True)
+    ref_actions, ref_hidden = vla.predict_action(**inputs, proprio=state)
     torch.testing.assert_close(hidden, ref_hidden, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(actions, ref_actions, rtol=0, atol=ATOL)
     assert (hidden - before_hidden).abs().max() > 1e-3, "the test is not sensitive"
@@ -403,8 +409,7 @@ def test_save_and_load_round_trip(saved):
     loaded, _ = load_vla(out)
     assert isinstance(loaded, NativeOpenVLAOFT) and loaded.oft == vla.oft
     inputs = tiny_inputs(2)
-    assert np.array_equal(loaded.predict_action(**inputs, proprio=np.ones(8)),
-                          vla.predict_action(**inputs, proprio=np.ones(8)))
+    assert np.array_equal(act(loaded, **inputs, proprio=np.ones(8)), act(vla, **inputs, proprio=np.ones(8)))
 
 
 def copy_checkpoint(src: Path, dst: Path) -> Path:
@@ -458,19 +463,19 @@ def test_proprio_slots_give_every_slot_the_state_token(tmp_path):
         seen["x"] = kwargs.get("hidden_states", args[0] if args else None)
 
     hook = vla.language_model.model.layers[0].register_forward_pre_hook(keep, with_kwargs=True)
-    actions = vla.predict_action(**inputs, proprio=state)
+    actions = act(vla, **inputs, proprio=state)
     hook.remove()
     token = vla.proprio_projector(torch.as_tensor(state, dtype=torch.float32)[None])
     slots = seen["x"][0, -57:-1]  # the 56 slots before the stop token
     torch.testing.assert_close(slots, token.expand(56, -1), rtol=0, atol=0)
-    assert np.abs(actions - plain.predict_action(**inputs, proprio=state)).max() > 1e-4
+    assert np.abs(actions - act(plain, **inputs, proprio=state)).max() > 1e-4
     vla.save_pretrained(tmp_path)
     build_processor(vla.config).save_pretrained(tmp_path)
     loaded, _ = load_vla(tmp_path)
     assert loaded.oft.proprio_slots
-    np.testing.assert_array_equal(loaded.predict_action(**inputs, proprio=state), actions)
+    np.testing.assert_array_equal(act(loaded, **inputs, proprio=state), actions)
     with pytest.raises(ValueError, match="proprio is required"):
-        vla.predict_action(**inputs)
+        act(vla, **inputs)
     with pytest.raises(ValueError, match="proprio_slots=True needs a proprio state"):
         OFTSettings(proprio_dim=None, proprio_slots=True)
     with pytest.raises(ValueError, match="proprio_slots='yes'"):
@@ -496,9 +501,9 @@ def test_bad_image_count_and_pixels():
     with pytest.raises(ValueError, match="num_images_in_input=4"):
         vla.vision_backbone.set_num_images_in_input(4)
     with pytest.raises(ValueError, match=r"expected \(B, 12, H, W\)"):
-        vla.predict_action(**{**tiny_inputs(2), "pixel_values": pixels(1, 0)})
+        act(vla, **{**tiny_inputs(2), "pixel_values": pixels(1, 0)})
     with pytest.raises(ValueError, match="no proprio projector"):
-        tiny(proprio=False).predict_action(**tiny_inputs(1), proprio=np.zeros(8))
+        act(tiny(proprio=False), **tiny_inputs(1), proprio=np.zeros(8))
 
 
 def test_oft_presets():
@@ -507,7 +512,7 @@ def test_oft_presets():
     vla = build_vla("tiny-oft")
     assert isinstance(vla, NativeOpenVLAOFT) and vla.config.prismatic_tr_preset == "tiny-oft"
     assert vla.vision_backbone.get_num_images_in_input() == 2 and vla.oft.num_action_slots == 56
-    assert vla.predict_action(**tiny_inputs(2), proprio=np.zeros(8)).shape == (8, 7)
+    assert act(vla, **tiny_inputs(2), proprio=np.zeros(8)).shape == (8, 7)
     with torch.device("meta"):
         bench = build_vla("cpu-bench-oft")
     assert bench.language_model.config.hidden_size == 2048 and bench.language_model.config.num_hidden_layers == 8
@@ -590,12 +595,12 @@ def test_an_unmerged_lora_checkpoint_loads_merged_onto_its_base(tmp_path):
     assert not any((tmp_path / "ckpt").glob("*.safetensors"))
     loaded, processor = load_vla(tmp_path / "ckpt")  # the base recorded in the adapter
     inputs = tiny_inputs(2)
-    want = tuned.predict_action(**inputs, proprio=np.ones(8))
-    np.testing.assert_allclose(loaded.predict_action(**inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
-    assert np.abs(want - vla.predict_action(**inputs, proprio=np.ones(8))).max() > 1e-4, "the LoRA changes nothing"
+    want = act(tuned, **inputs, proprio=np.ones(8))
+    np.testing.assert_allclose(act(loaded, **inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
+    assert np.abs(want - act(vla, **inputs, proprio=np.ones(8))).max() > 1e-4, "the LoRA changes nothing"
     assert processor is not None
     again, _ = load_vla(tmp_path / "ckpt", base=tmp_path / "base")
-    np.testing.assert_allclose(again.predict_action(**inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(act(again, **inputs, proprio=np.ones(8)), want, rtol=0, atol=ATOL)
 
 
 def test_an_unmerged_lora_checkpoint_names_what_is_wrong(tmp_path):

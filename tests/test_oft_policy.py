@@ -126,8 +126,8 @@ def test_the_oft_model_takes_its_bases_modules_and_trains_on_the_inference_pass(
     batch = OFTCollator(int(processor.tokenizer.pad_token_id))([transform(steps[i]) for i in (0, 3, 7)])
     with torch.no_grad():
         chunk = predict_chunk(vla, batch)
-        acted = vla.predict_action(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                   pixel_values=batch["pixel_values"], proprio=batch["proprio"], unnorm_key=DATASET)
+        acted, _ = vla.predict_action(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                      pixel_values=batch["pixel_values"], proprio=batch["proprio"], unnorm_key=DATASET)
     expected = unnormalize_oft_actions(chunk.numpy(), stats[DATASET]["action"], "bounds_q99")
     np.testing.assert_allclose(acted, expected, atol=1e-5)
     # a few AdamW steps on one batch bring the L1 loss down; towers frozen
@@ -216,10 +216,10 @@ def test_closed_loop_runs_chunks_open_loop(demos: Path, base: Path, monkeypatch:
     openvla, processor = load_vla(base)
     vla = oft_from_openvla(openvla, SETTINGS)
     vla.norm_stats = vla.config.norm_stats = oft_statistics(OFTChunkSource(demos, DATASET), DATASET)
-    import prismatic_tr.bench.vla.oft_step as oft_step
-    from prismatic_tr.models import NativeOpenVLAOFT
+    import prismatic_tr.policy.closed_loop as closed_loop
+    from prismatic_tr.models.family import family_of
 
-    monkeypatch.setattr(oft_step, "is_oft", lambda m: isinstance(getattr(m, "vla", m), NativeOpenVLAOFT))
+    monkeypatch.setattr(closed_loop, "family_of", lambda m: family_of(getattr(m, "vla", m)))
     for execute, seed in ((None, 3_000_000), (3, 3_000_000), (1, 3_000_001)):
         counted = CountingOFT(vla)
         [outcome] = run_episodes(counted, processor, [seed], DATASET, batch_size=1, execute_steps=execute)
@@ -231,6 +231,7 @@ def test_closed_loop_runs_chunks_open_loop(demos: Path, base: Path, monkeypatch:
         run_episodes(openvla, processor, [1], DATASET, execute_steps=2)  # an OpenVLA model acts one step at a time
 
 
+@pytest.mark.slow
 def test_one_command_trains_chooses_on_validation_and_evaluates(demos: Path, base: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     argv = ["--output_dir", str(out), "--base_policy", str(base), "--data_root", str(demos), "--max_steps", "4",
@@ -316,6 +317,7 @@ def test_oft_relabelling_student_drives_teacher_labels_every_step_with_its_chunk
             np.testing.assert_allclose(r.actions[t], want[0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: Path, tmp_path: Path) -> None:
     from vla_scripts import make_onpolicy_data
 

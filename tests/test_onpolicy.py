@@ -33,6 +33,7 @@ def _bundled_or_skip():
     return bundled.load_bundled_policy()
 
 
+@pytest.mark.slow
 def test_student_drives_and_teacher_labels():
     """The episodes are the student's (same outcomes and lengths as the student run alone); every recorded action is
     the teacher's on the image the student saw, and somewhere it is not the student's own."""

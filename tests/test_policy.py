@@ -55,6 +55,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"out": out, "cfg": cfg, "record": train_policy.main(cfg)}
 
 
+@pytest.mark.slow
 def test_recipe_stops_each_stage_at_its_step_with_the_schedule_kept(trained: dict) -> None:
     out, record = trained["out"], trained["record"]
     for name, stage, aux in (("stage1", STAGE1, True), ("stage2", STAGE2, True)):  # grounding in both
@@ -153,6 +154,7 @@ def _weights(checkpoint: str | Path) -> bytes:
     return (Path(checkpoint) / "model.safetensors").read_bytes()
 
 
+@pytest.mark.slow
 def test_recipe_is_deterministic(trained: dict, tmp_path: Path) -> None:
     """The same toy command, run again from nothing, gives bit-identical weights at every stage."""
     again = train_policy.main(train_policy.parse_config(toy_argv(tmp_path)))
@@ -165,6 +167,7 @@ def test_recipe_is_deterministic(trained: dict, tmp_path: Path) -> None:
     assert outcomes(again) == outcomes(trained["record"])
 
 
+@pytest.mark.slow
 def test_stage2_equals_a_separate_command_from_stage1s_checkpoint(trained: dict, tmp_path: Path) -> None:
     """The old two-command way (one stage from ``--init_checkpoint``) is still expressible, and the recipe's
     stage 2 starts from exactly the state such a command had: bit-identical weights."""
@@ -342,6 +345,7 @@ def test_eval_offline_bad_inputs_exit_2(trained: dict, tmp_path: Path, capsys) -
     assert err.value.code == 2 and "split 'test'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_benchmark_merges_policy_success_and_plots_the_tradeoff(trained: dict, tmp_path: Path, monkeypatch,
                                                                 capsys) -> None:
     """The main job's fidelity columns come from the bundled policy (here: the recipe's toy checkpoint)."""
@@ -404,6 +408,7 @@ def test_bundled_policy_missing_is_a_clear_note(tmp_path: Path, monkeypatch) -> 
     assert records == [{"setting": "none"}]
 
 
+@pytest.mark.slow
 def test_batched_episodes_equal_single_episodes(trained: dict) -> None:
     vla, processor = load_vla(trained["record"]["checkpoint"])
     seeds = [11, 12, 13]
@@ -429,10 +434,11 @@ def test_success_summary_and_settings() -> None:
     assert parse_setting("none") == Setting("none", 1.0)
     combo = parse_setting("vision:attention:0.5@0.25+llm:attention:0.5@0.25")
     assert [r.site for r in combo.reductions()] == ["vision", "llm"] and combo.label.count("+") == 1
-    assert np.isclose(parse_setting("spatial_pool:4x4").reduction_ratio, 1 / 16)
+    assert np.isclose(parse_setting("spatial_pool:4x4").keep_ratio, 1 / 16)
     _ = torch  # torch is imported before tensorflow in this module
 
 
+@pytest.mark.slow
 def test_bundled_policy_solves_validation_episodes_as_recorded() -> None:
     """The shipped policy (prismatic_tr/assets/tabletop_policy) acts: most of the first 20 validation episodes
     succeed, and its evaluation.json agrees with what the model does on them: episode by episode where the record

@@ -25,7 +25,7 @@ OTHER_KEYS = [
     "vision_features_shape", "reduced_features_shape", "projected_shape", "action_tokens_shape",
     "speedup", "prefill_speedup", "ideal_speedup", "efficiency", "prefill_ideal_speedup", "peak_memory_mb",
     "action_token_agreement", "action_mae", "first_token_kl", "total_gmacs", "vision_vs_baseline", "total_spread",
-    "noise_flag", "noise_reason",
+    "predict_action_spread", "noise_flag", "noise_reason",
     *[f"{p}_gmacs" for p in PHASES],
 ]
 
@@ -187,7 +187,7 @@ def test_ideal_speedup_formula():
 
 def test_settings_table():
     settings = build_settings(["spatial_pool", "topk_magnitude"], [0.5, 0.5], spatial_merge_size=[2, 4])
-    assert [(s.method, s.reduction_ratio, s.spatial_merge_size) for s in settings] == [
+    assert [(s.method, s.keep_ratio, s.spatial_merge_size) for s in settings] == [
         ("none", 1.0, 1), ("spatial_pool", 0.25, 2), ("spatial_pool", 1 / 16, 4), ("topk_magnitude", 0.5, 2)]
 
 
@@ -243,12 +243,13 @@ def test_hf_style_model_through_the_adapter():
 # ---------------------------------------------------------------- noise detection
 
 
-def gauges(vision, p10=None, p90=None, **rule):
+def gauges(vision, p10=None, p90=None, end_to_end_p10_ms=None, end_to_end_p90_ms=None, **rule):
     from prismatic_tr.bench.measure.noise import NoiseRule, gauge_rows
 
     p10 = p10 or [100.0] * len(vision)
     p90 = p90 or [105.0] * len(vision)
-    return gauge_rows(vision, p10, p90, NoiseRule(**rule))
+    return gauge_rows(vision, p10, p90, NoiseRule(**rule), end_to_end_p10_ms=end_to_end_p10_ms,
+                      end_to_end_p90_ms=end_to_end_p90_ms)
 
 
 def test_quiet_run_is_not_flagged():
@@ -279,6 +280,22 @@ def test_spread_flags_a_row():
     assert [g.noise_flag for g in out] == [False, True, False]
     assert "p90/p10 1.25" in out[1].noise_reason and out[1].total_spread == pytest.approx(1.25)
     assert gauges([800.0, 800.0], p90=[105.0, 125.0], spread_limit=1.3)[1].noise_flag is False
+
+
+def test_end_to_end_spread_flags_a_row_with_steady_phases():
+    """The headline divides the whole predict_action: a row whose phases were steady (phase-sum p90/p10 1.05) but
+    whose predict_action was not (1.30) is flagged, and the reason names the end-to-end spread."""
+    from prismatic_tr.bench.measure.noise import add_noise_fields
+
+    records = [{"vision_ms": 800.0, "total_ms_p10": 100.0, "total_ms_p90": 105.0, "predict_action_ms_p10": 110.0,
+                "predict_action_ms_p90": p90} for p90 in (115.0, 143.0, 120.0)]
+    add_noise_fields(records)
+    assert [r["noise_flag"] for r in records] == [False, True, False]
+    assert records[1]["predict_action_spread"] == pytest.approx(1.3) and records[1]["total_spread"] == pytest.approx(1.05)
+    assert "end-to-end predict_action p90/p10 1.30" in records[1]["noise_reason"]
+    assert "phase-sum" not in records[1]["noise_reason"]
+    with pytest.raises(ValueError, match="pass both or neither"):
+        gauges([800.0], end_to_end_p10_ms=[1.0])
 
 
 @pytest.mark.parametrize("rule", [{"vision_tolerance": 0.0}, {"vision_tolerance": 1.5}, {"spread_limit": 1.0}])

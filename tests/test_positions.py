@@ -225,6 +225,7 @@ def test_text_only_call_after_an_image_runs_at_ordinary_positions() -> None:
     assert torch.equal(text_only, again)
 
 
+@pytest.mark.slow
 def test_compiled_language_model_keeps_positions_fullgraph() -> None:
     vla = sharp_tiny()
     inp = make_inputs(vla, batch=1)

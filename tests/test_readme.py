@@ -1,5 +1,6 @@
-"""The README's quick start runs as written (it must stay self-contained: no checkpoint, no files), and every
-number in the README result tables is the one in its results file (prismatic_tr.bench.vla.readme_tables)."""
+"""The README's quick start runs as written (on the bundled policy and a shipped adapter: nothing to download), and
+every number in a generated table (the README's headline, the docs' results pages, the results READMEs) and in the
+README's figure is the one in its results file (prismatic_tr.bench.vla.readme_tables)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from prismatic_tr.bench.vla import readme_tables
+from prismatic_tr.bench.vla import docs_figure, readme_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+RESULTS_PAGES = ROOT / "docs" / "results"
 REGENERATE = "python -m prismatic_tr.bench.vla.readme_tables"
 
 
@@ -26,16 +28,18 @@ def quick_start() -> str:
 
 def test_quick_start_runs_and_undoes_the_reduction() -> None:
     code = quick_start()
-    assert "apply_token_reduction_to_vla" in code and "remove_token_reduction" in code
+    assert "apply_token_reduction_spec" in code and "remove_token_reduction" in code and "load_adapted_policy" in code
     namespace: dict = {}
     exec(compile(code, str(README), "exec"), namespace)  # the code asserts the restored model's action itself
-    assert namespace["action"].shape == (7,)
+    assert namespace["action"].shape == (7,) and len(namespace["outcomes"]) == 2
 
 
-def test_readme_tables_are_their_results_files() -> None:
-    """Re-render every table from the committed results files: the READMEs must not differ."""
+def test_tables_and_figure_are_their_results_files() -> None:
+    """Re-render every table and the figure's data from the committed results files: nothing may differ."""
     for path, text in readme_tables.rendered(ROOT).items():
         assert path.read_text() == text, f"{path.relative_to(ROOT)}: a table differs from its files; run {REGENERATE}"
+    assert readme_tables.figure_is_current(ROOT), f"{docs_figure.FIGURE}: its data differs; run {REGENERATE}"
+    assert readme_tables.main(["--check"]) == 0
 
 
 def _table_rows(text: str, name: str) -> list[list[str]]:
@@ -47,7 +51,7 @@ def _table_rows(text: str, name: str) -> list[list[str]]:
 
 def test_end_to_end_columns_are_predict_action_speedup_not_the_phase_sum() -> None:
     records = json.loads((ROOT / readme_tables.POLICY_RESULTS).read_text())["records"]
-    main_rows = _table_rows(README.read_text(), "main")
+    main_rows = _table_rows((RESULTS_PAGES / "openvla.md").read_text(), "main")
     policy_rows = _table_rows((ROOT / "benchmarks/results/policy/README.md").read_text(), "policy")
     assert len(main_rows) == len(policy_rows) == len(records)
     for rec, main_row, policy_row in zip(records, main_rows, policy_rows, strict=True):
@@ -57,19 +61,10 @@ def test_end_to_end_columns_are_predict_action_speedup_not_the_phase_sum() -> No
 
 
 def _copy_sources(root: Path) -> None:
-    """The READMEs and every results file the tables read, into a scratch repository ``root``."""
-    paths = ["README.md", "benchmarks/results/policy/README.md", str(readme_tables.POLICY_RESULTS),
-             str(readme_tables.SELECTION_TEST), *map(str, readme_tables.SPEED_BY_DTYPE.values()),
-             *map(str, readme_tables.OFT_BY_DTYPE.values()), *map(str, readme_tables.OFT_FROZEN_BY_DTYPE.values()),
-             *([str(readme_tables.MAIN_OFT)] if (ROOT / readme_tables.MAIN_OFT).is_file() else []),
-             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/record.json")),
-             *(str(f.relative_to(ROOT)) for k in readme_tables.OFT_POLICY for f in readme_tables.oft_policy_files(ROOT, k)),
-             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.ADAPTERS).glob("*/token_reduction.json")),
-             *(str(p.relative_to(ROOT)) for p in (ROOT / readme_tables.FINETUNE).glob("*/eval_test*.json")),
-             *map(str, readme_tables.METAWORLD_POLICIES.values()),
-             *(str(p.relative_to(ROOT)) for p in readme_tables.metaworld_table_files(ROOT)),
-             *(str(p.relative_to(ROOT)) for p in readme_tables.metaworld_finetune_files(ROOT)),
-             *(str(p) for files in readme_tables.GPU_FILES.values() for p in files.values())]
+    """Every page with a table, the figure and every results file the tables read, into a scratch repository
+    ``root``."""
+    paths = [*{rel for rel, _, _ in readme_tables.TABLES}, str(docs_figure.FIGURE),
+             *(str(p.relative_to(ROOT)) for p in readme_tables.source_files(ROOT))]
     for rel in paths:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, root / rel)
@@ -83,10 +78,10 @@ def test_a_changed_number_fails_the_check_until_rerendered(tmp_path: Path, capsy
     data["records"][1]["predict_action_speedup"] = 9.87
     results.write_text(json.dumps(data))
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
-    assert "README.md: a table differs" in capsys.readouterr().err
+    assert "openvla.md: a table differs" in capsys.readouterr().err
     assert readme_tables.main(["--root", str(tmp_path)]) == 0
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
-    assert re.search(r"\| 9\.87x\*? \|", (tmp_path / "README.md").read_text())
+    assert re.search(r"\| 9\.87x\*? \|", (tmp_path / "docs/results/openvla.md").read_text())
 
 
 def test_an_oft_number_fails_the_check_until_rerendered(tmp_path: Path, capsys) -> None:
@@ -97,7 +92,7 @@ def test_an_oft_number_fails_the_check_until_rerendered(tmp_path: Path, capsys) 
     results.write_text(json.dumps(data))
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
     assert readme_tables.main(["--root", str(tmp_path)]) == 0
-    section = (tmp_path / "README.md").read_text().split("<!-- table:oft start -->")[1]
+    section = (tmp_path / "docs/results/openvla-oft.md").read_text().split("<!-- table:oft start -->")[1]
     assert "| **7.65x" in section.split("<!-- table:oft end -->")[0]
 
 
@@ -122,8 +117,51 @@ def test_adapter_rows_show_their_settings_speed_and_their_own_success(tmp_path: 
     data["records"].insert(i + 1, adapter)
     results.write_text(json.dumps(data))
     assert readme_tables.main(["--root", str(tmp_path)]) == 0
-    rows = _table_rows((tmp_path / "README.md").read_text(), "main")
+    rows = _table_rows((tmp_path / "docs/results/openvla.md").read_text(), "main")
     cells = rows[i + 1]
     assert cells[0] == "`vision:diverse:0.1@0.25` with its shipped fine-tuned adapter (`vision-diverse-0.1-0.25`)"
     assert cells[2].startswith(f"{row['predict_action_speedup']:.2f}x") and cells[2].endswith(readme_tables.ADAPTER_MARK)
     assert cells[3] == rows[i][3] and cells[4] == "50 % (40-60 %)" and cells[6] == "96 % (90-98 %)"
+
+
+def test_a_noisy_figure_is_never_a_headline(tmp_path: Path) -> None:
+    """The headline table shows ``noisy`` where the run flagged a row, never its number; flagging one more row
+    changes the README until it is rendered again."""
+    records = {r["setting"]: r for r in json.loads((ROOT / readme_tables.POLICY_RESULTS).read_text())["records"]}
+    oft = {r["setting"]: r for r in json.loads((ROOT / readme_tables.OFT_BY_DTYPE["bfloat16"]).read_text())["records"]}
+    rows = _table_rows(README.read_text(), "headline")
+    assert len(rows) == len(readme_tables.HEADLINE_ROWS)
+    for (_, a, b), row in zip(readme_tables.HEADLINE_ROWS, rows, strict=True):
+        for key, cell, recs in ((a, row[1], records), (b, row[3], oft)):
+            rec = recs.get((key or "").partition(" with ")[0])
+            if rec is not None:
+                shown = readme_tables.NOISY if rec.get("noise_flag") else f"{rec['predict_action_speedup']:.2f}x"
+                assert cell.removesuffix(readme_tables.ADAPTER_MARK) == shown, (key, cell)
+    _copy_sources(tmp_path)
+    path = tmp_path / readme_tables.OFT_BY_DTYPE["bfloat16"]
+    data = json.loads(path.read_text())
+    rec = next(r for r in data["records"] if r["setting"] == "vision:diverse:0.1@0.25")
+    rec["noise_flag"] = True
+    path.write_text(json.dumps(data))
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
+    assert readme_tables.main(["--root", str(tmp_path)]) == 0
+    row = _table_rows((tmp_path / "README.md").read_text(), "headline")[5]
+    assert row[0] == "`vision` keep 0.1 after 1/4 of the towers" and row[3] == readme_tables.NOISY
+    assert f"{rec['predict_action_speedup']:.2f}x" not in row[3]
+
+
+def test_the_figure_holds_its_results_files_numbers(tmp_path: Path, capsys) -> None:
+    """The picture's embedded data is the main job's; a changed success fails the check until it is redrawn."""
+    data = docs_figure.embedded_data(ROOT / docs_figure.FIGURE)
+    records = json.loads((ROOT / readme_tables.POLICY_RESULTS).read_text())["records"]
+    assert data is not None and [p["setting"] for p in data["points"]] == [r["setting"] for r in records]
+    _copy_sources(tmp_path)
+    path = tmp_path / readme_tables.POLICY_RESULTS
+    main = json.loads(path.read_text())
+    main["records"][0]["success_rate"] = 0.5
+    path.write_text(json.dumps(main))
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "tradeoff.png: the figure's data differs" in capsys.readouterr().err
+    assert readme_tables.main(["--root", str(tmp_path)]) == 0
+    assert docs_figure.embedded_data(tmp_path / docs_figure.FIGURE)["points"][0]["success"] == 0.5
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0

@@ -24,7 +24,7 @@ COMPILE_BACKEND = "inductor"  # what torch.compile uses by default (C++ on the C
 
 
 def make(method: str, ratio: float = 0.5, prefix: int = 0, **kw) -> TokenReducer:
-    return TokenReducer(method=method, reduction_ratio=ratio, num_prefix_tokens=prefix, **kw)
+    return TokenReducer(method=method, keep_ratio=ratio, num_prefix_tokens=prefix, **kw)
 
 
 def features(b: int, n: int, d: int, p: int, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
@@ -152,10 +152,10 @@ def test_spatial_pool_is_avg_pool_on_256_patches():
     "kwargs,match",
     [
         ({"method": "median"}, "unknown reduction method 'median'"),
-        ({"reduction_ratio": 0.0}, r"reduction_ratio=0.0 .*\(0, 1\]"),
-        ({"reduction_ratio": 1.5}, r"reduction_ratio=1.5"),
-        ({"reduction_ratio": -0.2}, r"reduction_ratio=-0.2"),
-        ({"reduction_ratio": "half"}, r"reduction_ratio='half'"),
+        ({"keep_ratio": 0.0}, r"keep_ratio=0.0 .*\(0, 1\]"),
+        ({"keep_ratio": 1.5}, r"keep_ratio=1.5"),
+        ({"keep_ratio": -0.2}, r"keep_ratio=-0.2"),
+        ({"keep_ratio": "half"}, r"keep_ratio='half'"),
         ({"spatial_merge_size": 0}, r"spatial_merge_size=0"),
         ({"num_prefix_tokens": -1}, r"num_prefix_tokens=-1"),
         ({"method": "spatial_pool", "spatial_merge_size": 3, "grid_size": (16, 16)}, r"does not divide the 16x16"),
@@ -302,5 +302,5 @@ def test_random_seeds_differ_and_strategy_runs_alone():
     assert not torch.equal(a, b)
     from prismatic_tr.reducers import get_strategy
 
-    direct = get_strategy("random").reduce(x, ReducerConfig(method="random", reduction_ratio=0.25, seed=0), None)
+    direct = get_strategy("random").reduce(x, ReducerConfig(method="random", keep_ratio=0.25, seed=0), None)
     assert torch.equal(direct.indices, a), "no key: the first draw of cfg.seed"

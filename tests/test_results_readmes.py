@@ -5,7 +5,6 @@ and every test figure of the fine-tuning table names the checkpoint it is from (
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -65,14 +64,10 @@ def test_pointer_parser_reads_the_forms_used() -> None:
 
 def test_every_fine_tuning_test_figure_names_its_checkpoint() -> None:
     """The README's table is finetune_curves.py's, and each test row says which checkpoint (a step) it measured."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import finetune_curves
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    runs = [finetune_curves.run_rows(p) for p in sorted(finetune_curves.RUNS.iterdir())
-            if p.is_dir() and any(p.glob("eval_val_step_*.json"))]
-    table = finetune_curves.table(runs)
+    from prismatic_tr.policy import finetune_curves
+
+    runs = finetune_curves.read_runs(RESULTS / "finetune_reduced")
+    table = finetune_curves.table(runs, RESULTS)
     assert table in (RESULTS / "finetune_reduced" / "README.md").read_text()
     tests = [line for line in table.splitlines() if "| test:" in line]
     assert tests and all(re.search(r"\| test: ([a-z0-9]+, )?step \d+ \|", line) for line in tests), tests

@@ -164,8 +164,9 @@ def test_openvla_client_code_works_unchanged(server, policy) -> None:
 
 
 def readme_client() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Serve a policy"):]
+    """The client in the serving guide (docs/guides/serving.md), as a user copies it."""
+    text = (ROOT / "docs" / "guides" / "serving.md").read_text()
+    section = text[text.index("# Serving a policy"):]
     start = section.index("```python\n") + len("```python\n")
     return section[start:section.index("```\n", start)]
 
@@ -422,6 +423,7 @@ def start(cmd: list[str], port: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_sigterm_answers_the_requests_in_flight_then_exits(policy) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -447,6 +449,7 @@ def test_sigterm_answers_the_requests_in_flight_then_exits(policy) -> None:
     assert "Shutting down" in log and "Application shutdown complete" in log, log
 
 
+@pytest.mark.slow
 def test_deploy_command_and_load_test_end_clean(tmp_path) -> None:
     """deploy.py serves; load_test.py (4 clients) and a short soak (a bad request every 5) lose nothing, mismatch
     nothing and get a 4xx for every bad request; the server shuts down on SIGTERM."""

@@ -94,7 +94,7 @@ def direct(policy: Any, payload: dict[str, Any]) -> np.ndarray:
     return np.asarray(policy.vla.predict_action(
         input_ids=per_cam[0]["input_ids"], attention_mask=per_cam[0]["attention_mask"],
         pixel_values=torch.cat([c["pixel_values"] for c in per_cam], dim=1), proprio=proprio[None],
-        unnorm_key=KEY))
+        unnorm_key=KEY)[0])
 
 
 def requests_(n: int) -> list[dict[str, Any]]:
@@ -103,6 +103,7 @@ def requests_(n: int) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.slow
 def test_info_describes_the_oft_model(served) -> None:
     url, _ = served
     info = requests.get(f"{url}/info", timeout=TIMEOUT).json()

@@ -12,7 +12,7 @@ from prismatic_tr.bench.measure.timing import TimingStats
 from prismatic_tr.bench.vit.speed import CSV_HEADER, SpeedConfig, summarize_runs
 from vla_scripts import speed_test
 
-TINY = ["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--reduction_loc", "3", "6", "9",
+TINY = ["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "0.5", "--reduction_loc", "3", "6", "9",
         "--warmup_iters", "1", "--test_iters", "2", "--test_multiple", "1"]
 
 
@@ -83,9 +83,9 @@ def test_summarize_runs_units(samples: list[list[float]], batch: int, tp: float,
         (["--cuda_graph", "--device", "cpu"], "cuda_graph needs a CUDA device"),
         (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "nodev"], "device"),
         (["--model", "no_such_model_224"], "unknown timm model"),
-        (["--model", "deit_tiny_patch16_224", "--keep_rate", "0.5"], "no method prefix"),
-        (["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "1.5"], "keep_rate=1.5"),
-        (["--model", "topk_deit_tiny_patch16_224", "--keep_rate", "0.5", "--reduction_loc", "3", "40"], "40"),
+        (["--model", "deit_tiny_patch16_224", "--keep_ratio", "0.5"], "no method prefix"),
+        (["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "1.5"], "keep_ratio=1.5"),
+        (["--model", "topk_deit_tiny_patch16_224", "--keep_ratio", "0.5", "--reduction_loc", "3", "40"], "40"),
         (["--warmup_iters", "-1"], "warmup_iters=-1"),
     ],
 )
@@ -107,7 +107,7 @@ def _small_vit(locs: list[int] | None) -> torch.nn.Module:
     torch.manual_seed(0)
     if locs is None:
         return create_model("vit_tiny_patch16_224", img_size=64, depth=6).eval()
-    return create_model("topk_vit_tiny_patch16_224", img_size=64, depth=6, keep_rate=0.5, reduction_loc=locs).eval()
+    return create_model("topk_vit_tiny_patch16_224", img_size=64, depth=6, keep_ratio=0.5, reduction_loc=locs).eval()
 
 
 @pytest.mark.parametrize("locs", [[1], [1, 3], [0, 2, 4]])

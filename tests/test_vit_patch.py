@@ -23,16 +23,16 @@ FAMILIES = {  # tiny stand-ins for DeiT (CLS), DINOv2 reg4 (CLS + 4 registers, L
     "dinov2_reg4": dict(class_token=True, reg_tokens=4, init_values=0.5, global_pool="token"),
     "siglip": dict(class_token=False, global_pool="map"),
 }
-NO_REDUCTION = [("topk", dict(keep_rate=1.0)), ("tome", dict(r=0)), ("hquota_ff", dict(keep_rate=1.0)),
-                ("tome", dict(keep_rate=1.0, reduction_loc=[0, 3]))]
+NO_REDUCTION = [("topk", dict(keep_ratio=1.0)), ("tome", dict(r=0)), ("hquota_ff", dict(keep_ratio=1.0)),
+                ("tome", dict(keep_ratio=1.0, reduction_loc=[0, 3]))]
 REDUCTIONS = [
-    ("topk", dict(keep_rate=0.5, reduction_loc=[1, 2])),
-    ("topk", dict(keep_rate=[0.9, 0.3], reduction_loc=[0, 3])),
+    ("topk", dict(keep_ratio=0.5, reduction_loc=[1, 2])),
+    ("topk", dict(keep_ratio=[0.9, 0.3], reduction_loc=[0, 3])),
     ("tome", dict(r=9)),
     ("tome", dict(r=(12, -1))),
     ("tome", dict(r=[30, 0, 5])),
-    ("tome", dict(keep_rate=0.6, reduction_loc=[1, 2])),
-    ("hquota_ff", dict(keep_rate=0.6, reduction_loc=[1, 2])),
+    ("tome", dict(keep_ratio=0.6, reduction_loc=[1, 2])),
+    ("hquota_ff", dict(keep_ratio=0.6, reduction_loc=[1, 2])),
     ("hquota_ff", dict(r=[0, 20, 0, 4])),
 ]
 
@@ -103,9 +103,9 @@ def test_reduction_counts_and_remove(family: str, method: str, kwargs: dict, ima
         assert torch.equal(model(images), ref)
 
 
-@pytest.mark.parametrize("method,kwargs", [("topk", dict(keep_rate=0.3, reduction_loc=[1])),
+@pytest.mark.parametrize("method,kwargs", [("topk", dict(keep_ratio=0.3, reduction_loc=[1])),
                                            ("tome", dict(r=[0, 20])),
-                                           ("hquota_ff", dict(keep_rate=0.5, reduction_loc=[1]))])
+                                           ("hquota_ff", dict(keep_ratio=0.5, reduction_loc=[1]))])
 @pytest.mark.parametrize("family", ["deit", "dinov2_reg4"])
 def test_prefix_tokens_untouched(family: str, method: str, kwargs: dict, images: torch.Tensor) -> None:
     """At the first reducing block the prefix tokens come out as the unpatched block makes them, first."""
@@ -131,7 +131,7 @@ def test_get_intermediate_layers_is_reduced(images: torch.Tensor) -> None:
 def test_create_model_prefix_and_handle() -> None:
     kw = dict(img_size=32, patch_size=4, depth=DEPTH, embed_dim=32, num_heads=2, num_classes=10)
     plain = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kw)
-    model = create_model("topk_vit_tiny_patch16_224", keep_rate=0.25, reduction_loc=[1], **kw)
+    model = create_model("topk_vit_tiny_patch16_224", keep_ratio=0.25, reduction_loc=[1], **kw)
     assert list(model.state_dict()) == list(plain.state_dict())
     assert model.token_reduction_handle.config.method == "topk"
     merged = create_model("hquota_ff_vit_tiny_patch16_224", r=3, **kw)
@@ -142,20 +142,20 @@ def test_create_model_prefix_and_handle() -> None:
 
 
 BAD = [
-    ("topk", dict(keep_rate=0.0)),
-    ("topk", dict(keep_rate=1.5)),
-    ("topk", dict(keep_rate=-0.2, reduction_loc=[1])),
-    ("topk", dict(keep_rate=0.5, reduction_loc=[DEPTH])),
-    ("topk", dict(keep_rate=0.5, reduction_loc=[-1])),
-    ("topk", dict(keep_rate=[0.5, 0.5], reduction_loc=[1])),
+    ("topk", dict(keep_ratio=0.0)),
+    ("topk", dict(keep_ratio=1.5)),
+    ("topk", dict(keep_ratio=-0.2, reduction_loc=[1])),
+    ("topk", dict(keep_ratio=0.5, reduction_loc=[DEPTH])),
+    ("topk", dict(keep_ratio=0.5, reduction_loc=[-1])),
+    ("topk", dict(keep_ratio=[0.5, 0.5], reduction_loc=[1])),
     ("topk", dict(r=4)),
-    ("evit", dict(keep_rate=0.5)),
+    ("evit", dict(keep_ratio=0.5)),
     ("tome", dict(r=PATCHES // 2 + 1)),
     ("tome", dict(r=[0, 0, PATCHES])),
     ("tome", dict(r=-1)),
     ("tome", dict(r=(40, 0.0))),
     ("tome", dict()),
-    ("hquota_ff", dict(keep_rate=0.5, hub_fraction=1.5)),
+    ("hquota_ff", dict(keep_ratio=0.5, hub_fraction=1.5)),
 ]
 
 
@@ -171,13 +171,13 @@ def test_double_apply_and_bad_names_raise() -> None:
     model = build("deit")
     with apply_vit_reduction(model, "tome", r=2):
         with pytest.raises(ValueError):
-            apply_vit_reduction(model, "topk", keep_rate=0.5)
+            apply_vit_reduction(model, "topk", keep_ratio=0.5)
     with pytest.raises(ValueError):
-        create_model("vit_tiny_patch16_224", keep_rate=0.5)
+        create_model("vit_tiny_patch16_224", keep_ratio=0.5)
     with pytest.raises(ValueError):
-        create_model("topk_not_a_timm_model", keep_rate=0.5)
+        create_model("topk_not_a_timm_model", keep_ratio=0.5)
     with pytest.raises(ValueError):
-        apply_vit_reduction(torch.nn.Linear(2, 2), "topk", keep_rate=0.5)
+        apply_vit_reduction(torch.nn.Linear(2, 2), "topk", keep_ratio=0.5)
 
 
 NO_KERNEL = {"aten._unsafe_view", "aten._reshape_alias", "aten.detach", "aten.alias", "aten.lift_fresh",
@@ -214,7 +214,7 @@ def test_topk_adds_few_ops_and_no_host_syncs(family: str, extra_ops: int, images
     with torch.no_grad():  # batch 1: for B > 1 the batched matmul copies the CLS row and k (B, H folded into one dim)
         x = model._pos_embed(model.patch_embed(images[:1]))
     base = _ops(model.blocks[1], x)
-    with apply_vit_reduction(model, "topk", keep_rate=0.5, reduction_loc=[1]):
+    with apply_vit_reduction(model, "topk", keep_ratio=0.5, reduction_loc=[1]):
         reduced = _ops(model.blocks[1], x)
         assert not SYNC_OPS & set(_ops(model, images))
     added = Counter(reduced) - Counter(base)
@@ -224,7 +224,7 @@ def test_topk_adds_few_ops_and_no_host_syncs(family: str, extra_ops: int, images
     assert not Counter(base) - Counter(reduced)  # the block's own ops (fused attention included) are all still there
 
 
-@pytest.mark.parametrize("method,kwargs", [("tome", dict(r=8)), ("hquota_ff", dict(keep_rate=0.5))])
+@pytest.mark.parametrize("method,kwargs", [("tome", dict(r=8)), ("hquota_ff", dict(keep_ratio=0.5))])
 def test_merging_has_no_host_syncs(method: str, kwargs: dict, images: torch.Tensor) -> None:
     model = build("dinov2_reg4")
     with apply_vit_reduction(model, method, **kwargs):
@@ -249,8 +249,8 @@ def test_deepcopy_and_existing_instance_forward(images: torch.Tensor) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("method,kwargs", [("topk", dict(keep_rate=0.5)), ("tome", dict(r=8)),
-                                           ("hquota_ff", dict(keep_rate=0.5))])
+@pytest.mark.parametrize("method,kwargs", [("topk", dict(keep_ratio=0.5)), ("tome", dict(r=8)),
+                                           ("hquota_ff", dict(keep_ratio=0.5))])
 def test_no_host_syncs_on_cuda(method: str, kwargs: dict, images: torch.Tensor) -> None:
     model = build("dinov2_reg4").cuda()
     x = images.cuda()
@@ -274,11 +274,11 @@ def test_no_host_syncs_on_cuda(method: str, kwargs: dict, images: torch.Tensor) 
 ])
 def test_tokens_per_location_formula(args: tuple, expected: list[int]) -> None:
     n, method, keep, r, loc, depth, prefix = args
-    assert tokens_per_location(n, method, keep_rate=keep, r=r, reduction_loc=loc, depth=depth,
+    assert tokens_per_location(n, method, keep_ratio=keep, r=r, reduction_loc=loc, depth=depth,
                                num_prefix_tokens=prefix) == expected
 
 
-@pytest.mark.parametrize("method,kwargs", [("tome", dict(r=(8, -1))), ("hquota_ff", dict(keep_rate=0.5))])
+@pytest.mark.parametrize("method,kwargs", [("tome", dict(r=(8, -1))), ("hquota_ff", dict(keep_ratio=0.5))])
 def test_bf16_model_keeps_its_dtype_and_exact_sizes(method: str, kwargs: dict, images: torch.Tensor) -> None:
     """Merged tokens stay in the model's dtype; sizes are float32 counts (bf16 holds integers only to 256)."""
     model = build("dinov2_reg4").to(torch.bfloat16)

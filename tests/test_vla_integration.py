@@ -99,10 +99,12 @@ def test_applying_again_replaces_and_never_stacks(vla_and_inputs):
 def test_quick_helpers_are_undoable(vla_and_inputs):
     vla, inputs = vla_and_inputs
     before = run(vla, inputs)
-    apply_50_percent_topk_reduction(vla)
-    assert get_token_reduction(vla).reducer.cfg.reduction_ratio == 0.5
+    with pytest.deprecated_call():
+        apply_50_percent_topk_reduction(vla)
+    assert get_token_reduction(vla).reducer.cfg.keep_ratio == 0.5
     remove_token_reduction(vla)
-    with monkey_patch_vision_backbone_with_reduction(vla, method="attention_score", reduction_ratio=0.25):
+    with pytest.deprecated_call(), \
+            monkey_patch_vision_backbone_with_reduction(vla, method="attention_score", reduction_ratio=0.25):
         assert vla(**inputs).projector_features.shape[1] == 64
     assert get_token_reduction(vla) is None
     assert torch.equal(run(vla, inputs), before)
@@ -142,7 +144,7 @@ def test_peft_wrapped_model(vla_and_inputs):
     before = run(model, inputs)
     apply_token_reduction_to_vla(model, "topk_magnitude", 0.5)
     assert model(**inputs).projector_features.shape[1] == 128
-    assert fresh.config.token_reduction["reduction_ratio"] == 0.5
+    assert fresh.config.token_reduction["keep_ratio"] == 0.5
     remove_token_reduction(model)
     assert torch.equal(run(model, inputs), before)
 

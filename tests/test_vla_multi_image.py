@@ -94,7 +94,7 @@ def test_each_block_is_that_image_reduced_alone(images, method, ratio, merge, k)
     """Image i's K tokens sit in block i, equal to reducing image i by itself (so images are independent)."""
     vla = FeatureVLA()
     x = features(2, images)
-    alone = TokenReducer(method=method, reduction_ratio=ratio, spatial_merge_size=merge)
+    alone = TokenReducer(method=method, keep_ratio=ratio, spatial_merge_size=merge)
     apply_token_reduction_to_vla(vla, method, ratio, merge)
     out = vla.vision_backbone(x)
     for i in range(images):

@@ -149,7 +149,7 @@ def test_vision_site_scores_with_a_reducers_strategy_on_the_cut_blocks_output(me
         x = dino.norm_pre(dino.patch_drop(dino._pos_embed(dino.patch_embed(px[:, :3]))))
         for b in dino.blocks[: block + 1]:
             x = b(x)
-        reducer = TokenReducer(method=method, reduction_ratio=0.25, num_prefix_tokens=dino.num_prefix_tokens)
+        reducer = TokenReducer(method=method, keep_ratio=0.25, num_prefix_tokens=dino.num_prefix_tokens)
         expected = reducer.reduce(x).indices
     apply_token_reduction_to_vla(vla, method, 0.25, site="vision", depth_fraction=0.5)
     try:

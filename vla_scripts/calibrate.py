@@ -17,16 +17,16 @@ from pathlib import Path
 
 import torch
 
-from prismatic_tr.bench.measure.devices import DTYPES, device_type
+from prismatic_tr.bench.measure.devices import DTYPES, device_type, timing_meta
 from prismatic_tr.bench.vit.breakeven import default_profile_path, write_profile
 from prismatic_tr.bench.vit.sweep import SweepConfig, markdown_tables, run_sweep
-from prismatic_tr.cli import add_flag, parse_args, set_threads
+from prismatic_tr.cli import add_flag, command_line, parse_args, set_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="calibrate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flag(p, "model", default="topk_deit_base_patch16_224", help="timm name with a method prefix")
-    add_flag(p, "keep_rate", type=float, default=0.1)
+    add_flag(p, "keep_ratio", type=float, default=0.1)
     add_flag(p, "reduction_loc", type=int, nargs="+", default=[3, 6, 9])
     add_flag(p, "input_sizes", type=int, nargs="+", default=[224, 320, 448])
     add_flag(p, "batch_sizes", type=int, nargs="+", default=[1, 8])
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(parser, argv)
     set_threads(parser, args.threads)
     try:
-        cfg = SweepConfig(model=args.model, keep_rate=args.keep_rate, reduction_loc=args.reduction_loc,
+        cfg = SweepConfig(model=args.model, keep_ratio=args.keep_ratio, reduction_loc=args.reduction_loc,
                           input_sizes=args.input_sizes, batch_sizes=args.batch_sizes, warmup=args.warmup,
                           repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                           cuda_graph=args.cuda_graph)
@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--out {str(out)!r} is a directory; give the profile's file path")
         rows = run_sweep(cfg, csv_path=out.with_name(out.name + ".sweep.csv"), progress=not args.no_progress)
         write_profile(rows, out, device_name=_device_name(cfg.device),
-                      extra={"keep_rate": cfg.keep_rate, "reduction_loc": cfg.reduction_loc})
+                      extra={"keep_ratio": cfg.keep_ratio, "reduction_loc": cfg.reduction_loc,
+                             **timing_meta(command_line("vla_scripts/calibrate.py", argv), cfg.dtype, cfg.device)})
     except ValueError as err:
         parser.error(str(err))
     print(markdown_tables(rows))

@@ -23,94 +23,23 @@ imports tensorflow. Bad flags exit with status 2 before the model is loaded.
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
-import contextlib
 import csv
-import datetime
 import json
-import os
-import sys
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from prismatic_tr.cli import check_int_flag, parse_config_or_exit, run_command
-from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, check_image_size, metaworld_task
-from prismatic_tr.policy.bundled import BUNDLED_METAWORLD_POLICY_DIR
-from prismatic_tr.policy.metaworld import TABLE_SETTINGS
+from prismatic_tr.cli import BadInputError, command_line, parse_config_or_exit, report_bad_input, run_command
+from prismatic_tr.policy.metaworld_eval import (
+    CSV_COLUMNS,
+    JOURNAL,
+    EvalMetaWorldConfig,
+    csv_rows,
+    run_eval_metaworld,
+    table,
+)
 
 PROG = "eval_metaworld.py"
-JOURNAL = "episodes.jsonl"  # in --output_dir: the finished (setting, task) jobs, so a cut-off table resumes
-CSV_COLUMNS = ["setting", "site", "reduction_ratio", "depth_fraction", "num_patches", "task", "episodes", "successes",
-               "success_rate", "success_ci_low", "success_ci_high", "mean_steps", "predict_action_ms",
-               "predict_action_speedup"]
-
-
-@dataclass
-class EvalMetaWorldConfig:
-    # fmt: off
-    vla_path: Path = BUNDLED_METAWORLD_POLICY_DIR  # an OFT checkpoint with metaworld_mt10 statistics (default: the
-                                                   #   shipped policy, prismatic_tr/assets/metaworld_policy)
-    settings: list[str] = field(default_factory=lambda: list(TABLE_SETTINGS))  # specs, the first "none"
-    tasks: list[str] = field(default_factory=lambda: list(MT10))  # MetaWorld v3 tasks
-    split: str = "test"                      # seed split (test: held-out goals; validation: for choosing)
-    episodes: int = 50                       # episodes per task and setting
-    unnorm_key: str = "metaworld_mt10"       # the policy's action statistics
-    image_size: int = DEFAULT_IMAGE_SIZE     # frames (the demonstrations' size)
-    batch_size: int = 10                     # episodes of a task run in lockstep
-    execute_steps: int | None = None         # chunk actions run open loop per prediction (null: the whole chunk)
-    timing_runs: int = 10                    # predict_action timings per setting (interleaved, batch 1; 0: none)
-    output_dir: Path = Path("outputs/eval_metaworld")  # results.json / results.csv
-    num_threads: int = 0                     # torch threads (0: torch's default)
-    workers: int = 2                         # processes running the episodes, the threads split among them (1: this
-                                             #   process); timing always runs here, alone, before any episode
-    resume: bool = True                      # reuse the (setting, task) jobs --output_dir's episodes.jsonl journals
-                                             #   for the same checkpoint bytes, split, episodes, frames, batch and
-                                             #   chunk (false: start afresh, replacing it)
-    progress: bool = True                    # progress bar
-    # fmt: on
-
-    def __post_init__(self) -> None:
-        from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
-        from prismatic_tr.envs.splits import split_seeds
-        from prismatic_tr.vla.spec import parse_setting
-
-        for name, low in (("episodes", 1), ("batch_size", 1), ("timing_runs", 0), ("num_threads", 0), ("workers", 1)):
-            check_int_flag(name, getattr(self, name), low)
-        if self.execute_steps is not None and (isinstance(self.execute_steps, bool) or
-                                               not isinstance(self.execute_steps, int) or self.execute_steps < 1):
-            raise ValueError(f"--execute_steps {self.execute_steps!r} is not allowed; use an integer >= 1 (at most "
-                             "the policy's chunk) or null for the whole chunk")
-        if not self.tasks or len(set(self.tasks)) != len(self.tasks):
-            raise ValueError(f"--tasks {self.tasks!r} is not allowed; name each task once, from {list(MT10)}")
-        for task in self.tasks:
-            metaworld_task(task)
-        check_image_size(self.image_size)
-        split_seeds(self.split, self.episodes, splits=METAWORLD_SPLITS)
-        self.setting_list = list(dict.fromkeys(parse_setting(s) for s in self.settings))
-        if not self.setting_list or not self.setting_list[0].is_baseline:
-            raise ValueError(f"--settings {self.settings!r} is not allowed; start with 'none' (the unreduced "
-                             "baseline every speedup is relative to)")
-        self.vla_path, self.output_dir = Path(self.vla_path), Path(self.output_dir)
-        if not (self.vla_path / "config.json").is_file():
-            raise ValueError(f"--vla_path {str(self.vla_path)!r} is not a checkpoint directory (no config.json)")
-        if self.output_dir.is_file():
-            raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
-        if self.resume:
-            from prismatic_tr.policy.job_journal import JobJournal
-
-            JobJournal.check(self.output_dir / JOURNAL, self.journal_identity())
-
-    def journal_identity(self) -> dict[str, Any]:
-        """What a journaled job's outcomes depend on besides its setting and task (the checkpoint by its bytes)."""
-        from prismatic_tr.policy.job_journal import checkpoint_fingerprint
-
-        return {"checkpoint_sha256": checkpoint_fingerprint(self.vla_path), "split": self.split,
-                "episodes": self.episodes, "unnorm_key": self.unnorm_key, "image_size": self.image_size,
-                "batch_size": self.batch_size, "execute_steps": self.execute_steps}
+__all__ = ["JOURNAL", "EvalMetaWorldConfig", "cli", "csv_rows", "main", "parse_config", "table"]
 
 
 def parse_config(args: Sequence[str] | None = None) -> EvalMetaWorldConfig:
@@ -118,96 +47,13 @@ def parse_config(args: Sequence[str] | None = None) -> EvalMetaWorldConfig:
     return parse_config_or_exit(EvalMetaWorldConfig, args, PROG, description=__doc__)
 
 
-def load(cfg: EvalMetaWorldConfig) -> tuple[Any, Any]:
-    """(vla, processor); exit 2 with one line when the checkpoint is not an OFT policy with the statistics."""
-    from prismatic_tr.bench.vla.oft_step import is_oft
-    from prismatic_tr.models import load_vla
-
-    try:
-        vla, processor = load_vla(cfg.vla_path)
-        if not is_oft(vla):
-            raise ValueError("it is not an OpenVLA-OFT policy (MetaWorld episodes take both cameras and the state)")
-        stats = sorted(getattr(vla, "norm_stats", None) or {})
-        if cfg.unnorm_key not in stats:
-            raise ValueError(f"--unnorm_key {cfg.unnorm_key!r} is not among the model's action statistics {stats}")
-        if cfg.execute_steps is not None and cfg.execute_steps > vla.oft.num_actions_chunk:
-            raise ValueError(f"--execute_steps {cfg.execute_steps} is more than the policy's chunk of "
-                             f"{vla.oft.num_actions_chunk} actions")
-    except (OSError, ValueError) as err:
-        print(f"{PROG}: error: cannot use {str(cfg.vla_path)!r}: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return vla, processor
-
-
-def csv_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per setting and task, then the setting's mean over tasks (task "mean")."""
-    rows = []
-    for rec in records:
-        common = {k: rec[k] for k in ("setting", "site", "reduction_ratio", "depth_fraction", "num_patches",
-                                      "predict_action_ms", "predict_action_speedup")}
-        for task, t in rec["tasks"].items():
-            rows.append({**common, "task": task, **{k: t[k] for k in ("episodes", "successes", "success_rate",
-                                                                      "success_ci_low", "success_ci_high",
-                                                                      "mean_steps")}})
-        rows.append({**common, "task": "mean", "episodes": rec["episodes"], "successes": rec["successes"],
-                     "success_rate": rec["mean_success_rate"]})
-    return rows
-
-
-def table(records: list[dict[str, Any]]) -> str:
-    """Success per task (columns) per setting (rows), the mean, and the speedup, as terminal lines."""
-    tasks = list(records[0]["tasks"])
-    head = f"{'setting':30s} " + " ".join(f"{t.removesuffix('-v3')[:10]:>10s}" for t in tasks) + "   mean  speedup"
-    lines = [head]
-    for rec in records:
-        speed = f"{rec['predict_action_speedup']:.2f}x" if rec["predict_action_speedup"] else "-"
-        lines.append(f"{rec['setting']:30s} " + " ".join(f"{rec['tasks'][t]['success_rate']:10.0%}" for t in tasks)
-                     + f" {rec['mean_success_rate']:6.1%} {speed:>8s}")
-    return "\n".join(lines)
-
-
 def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
-    from tqdm.auto import tqdm
-
-    from prismatic_tr.bench.measure.devices import cpu_info
-    from prismatic_tr.policy.job_journal import JobJournal
-    from prismatic_tr.policy.metaworld import evaluate_metaworld_settings
-    from prismatic_tr.policy.metaworld_recipe import provenance
-    from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
-
-    start = time.perf_counter()
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    vla, processor = load(cfg)
-    journal = JobJournal(cfg.output_dir / JOURNAL, cfg.journal_identity(), resume=cfg.resume)
-    labels = [s.label for s in cfg.setting_list]
-    reused = len(cfg.setting_list) * len(cfg.tasks) - len(journal.missing(labels, cfg.tasks))
-    if reused:
-        print(f"resuming: {reused} of {len(labels) * len(cfg.tasks)} (setting, task) jobs journaled in "
-              f"{cfg.output_dir / JOURNAL} since {journal.started_utc} UTC are reused; every setting is timed again")
-    bar = tqdm(total=cfg.episodes * len(cfg.tasks) * len(cfg.setting_list), initial=reused * cfg.episodes,
-               desc="episodes", disable=not cfg.progress)
-    with contextlib.ExitStack() as stack:
-        workers = (stack.enter_context(MetaWorldWorkers(cfg.vla_path, cfg.workers)) if cfg.workers > 1 else None)
-        records = evaluate_metaworld_settings(vla, processor, cfg.setting_list, cfg.tasks, cfg.split, cfg.episodes,
-                                              cfg.unnorm_key, cfg.image_size, cfg.batch_size, cfg.execute_steps,
-                                              cfg.timing_runs, on_episode=lambda label, o: bar.update(),
-                                              workers=workers, on_job=journal.record, done=journal.done)
-    bar.close()
+    try:
+        records, meta = run_eval_metaworld(cfg, command_line("vla_scripts/eval_metaworld.py"))
+    except BadInputError as err:  # one line, exit 2
+        raise SystemExit(report_bad_input(PROG, err)) from None
     print(table(records))
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"command": " ".join(["python", "vla_scripts/eval_metaworld.py", *sys.argv[1:]]),
-            "model": str(cfg.vla_path), **provenance(cfg.vla_path), "split": cfg.split,
-            "episodes_per_task": cfg.episodes,
-            "journal": {"path": str(cfg.output_dir / JOURNAL), "started_utc": journal.started_utc,
-                        "jobs_reused": reused, "jobs": len(labels) * len(cfg.tasks)},
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
-            "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-            "dtype": str(next(vla.parameters()).dtype).removeprefix("torch."),
-            "torch_threads": torch.get_num_threads(), "episode_workers": cfg.workers,
-            "episode_worker_threads": worker_threads(cfg.workers) if cfg.workers > 1 else torch.get_num_threads(),
-            "torch_version": torch.__version__,
-            "machine": {"cpu": cpu_info(), "cores": os.cpu_count()}, "wall_s": round(time.perf_counter() - start, 1)}
     (cfg.output_dir / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=2) + "\n")
     with open(cfg.output_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -218,7 +64,7 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """The command: parse ``argv``, run, exit status."""
+    """The command (``prismatic-tr-eval-metaworld``): parse ``argv``, run, exit status."""
     return run_command(parse_config, main, argv)
 
 

@@ -1,9 +1,9 @@
 """LoRA fine-tuning of an OpenVLA-style model on an RLDS dataset, optionally with visual token reduction.
 
     python vla_scripts/finetune.py --vla_path <checkpoint dir> --data_root_dir <dir> --dataset_name <name> \\
-        --token_reduction.method topk_magnitude --token_reduction.reduction_ratio 0.5
+        --token_reduction.method topk_magnitude --token_reduction.keep_ratio 0.5
     python vla_scripts/finetune.py ... --token_reduction.site vision --token_reduction.depth_fraction 0.25 \\
-        --token_reduction.reduction_ratio 0.25                  # inside the towers (the site's default method)
+        --token_reduction.keep_ratio 0.25                  # inside the towers (the site's default method)
     python vla_scripts/finetune.py ... --distill_weight 1.0    # + KL to the unreduced vla_path at the action tokens
     torchrun --standalone --nproc_per_node 2 vla_scripts/finetune.py ...      # DDP (gloo on CPU, nccl on GPU)
     python vla_scripts/finetune.py --vla_path prismatic_tr/assets/tabletop_oft_policy --data_root_dir <dir> \

@@ -1,9 +1,11 @@
 """Load-test a deploy server over real HTTP: throughput, latency, errors, and every answer checked.
 
-Each of ``--distinct`` observations (tabletop frames of different episodes) is first sent alone and its answer
-kept; then ``--clients`` concurrent clients send them until ``--requests`` are sent or ``--duration_s`` passed,
-and every answer is compared with its own reference (a mixed-up answer counts as mismatched). Prints a JSON
-report: actions/s, p50 / p95 / p99 latency, errors, lost, mismatched, the server's mean batch size and memory.
+Each of ``--candidates`` observations (tabletop frames of different episodes; default ``--distinct``) is first sent
+alone and its answer kept, and up to ``--distinct`` of them whose answers differ are kept; then ``--clients``
+concurrent clients send them until ``--requests`` are sent or ``--duration_s`` passed, and every answer is compared
+with its own reference (a mixed-up answer counts as mismatched). When every observation gets the same answer (a
+random-weight preset) a mix-up cannot be seen: the report says ``mixup_detectable: false``, and
+``--require_distinct true`` refuses the run (exit 2). Prints a JSON report: actions/s, p50 / p95 / p99 latency, errors, lost, mismatched, the server's mean batch size and memory.
 ``--soak true``: 120 s (``--duration_s``) with a malformed request every ``--bad_every``, each of which must be
 answered 4xx. Exits 1 when a request was lost, mismatched or answered wrongly, else 0.
 

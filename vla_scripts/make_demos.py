@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
-from prismatic_tr.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit, run_command
 from prismatic_tr.envs.demos import DemoConfig, DemoReport, make_demos, run_demo_command
 
 PROG = "make_demos.py"
@@ -30,5 +30,10 @@ def main(cfg: DemoConfig) -> DemoReport:
     return run_demo_command(cfg, make_demos, PROG)
 
 
+def cli(argv: Sequence[str] | None = None) -> int:
+    """The command (``prismatic-tr-make-demos``): parse ``argv``, run, exit status."""
+    return run_command(parse_config, main, argv)
+
+
 if __name__ == "__main__":
-    main(parse_config())
+    raise SystemExit(cli())

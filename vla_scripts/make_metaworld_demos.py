@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch  # noqa: F401  (torch before tensorflow, always)
 
-from prismatic_tr.cli import parse_config_or_exit
+from prismatic_tr.cli import parse_config_or_exit, run_command
 from prismatic_tr.envs.demos import DemoReport, run_demo_command
 from prismatic_tr.envs.metaworld.demos import MetaWorldDemoConfig, make_metaworld_demos
 
@@ -32,5 +32,10 @@ def main(cfg: MetaWorldDemoConfig) -> DemoReport:
     return run_demo_command(cfg, make_metaworld_demos, PROG, " (every task)")
 
 
+def cli(argv: Sequence[str] | None = None) -> int:
+    """The command (``prismatic-tr-make-metaworld-demos``): parse ``argv``, run, exit status."""
+    return run_command(parse_config, main, argv)
+
+
 if __name__ == "__main__":
-    main(parse_config())
+    raise SystemExit(cli())

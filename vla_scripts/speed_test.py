@@ -1,7 +1,7 @@
 """Speed test of a timm ViT with or without in-backbone token reduction; prints one CSV row.
 
     python vla_scripts/speed_test.py --model topk_deit_base_patch16_224 --input-size 448 --batch-size 8 \\
-        --keep_rate 0.1 --reduction_loc 3 6 9 --device cpu
+        --keep_ratio 0.1 --reduction_loc 3 6 9 --device cpu
     run_name,tp,latency_ms,time_total,flops,max_memory,no_params,no_params_trainable,power
     topk_deit_base_patch16_224_448px_bs8_...,12.3,81.2,...
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
 from prismatic_tr.bench.measure.devices import DTYPES
-from prismatic_tr.bench.vit.speed import CSV_HEADER, SpeedConfig, format_csv, run_speed_test
+from prismatic_tr.bench.vit.speed import SpeedConfig, append_csv, format_csv, profile_line, run_speed_test
 from prismatic_tr.cli import add_flag, parse_args, set_threads
 
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(p, "model", default="deit_base_patch16_224", help="timm name, optionally with a method prefix (topk_, tome_, hquota_ff_)")
     add_flag(p, "input-size", type=int, default=224, help="square input side in pixels")
     add_flag(p, "batch-size", type=int, default=1)
-    add_flag(p, "keep_rate", type=float, default=None, help="fraction of patch tokens kept per location")
+    add_flag(p, "keep_ratio", type=float, default=None, help="fraction of patch tokens kept per location")
     add_flag(p, "reduction_loc", type=int, nargs="+", default=None, help="0-based block indices, e.g. 3 6 9")
     add_flag(p, "r", type=int, default=None, help="tokens merged per block (tome / hquota_ff)")
     add_flag(p, "warmup_iters", type=int, default=5)
@@ -54,35 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> SpeedConfig:
     """SpeedConfig from parsed flags (raises ValueError for bad values)."""
     return SpeedConfig(
-        model=args.model, input_size=args.input_size, batch_size=args.batch_size, keep_rate=args.keep_rate,
+        model=args.model, input_size=args.input_size, batch_size=args.batch_size, keep_ratio=args.keep_ratio,
         reduction_loc=args.reduction_loc, r=args.r, warmup_iters=args.warmup_iters, test_iters=args.test_iters,
         test_multiple=args.test_multiple, dummy_loader=args.dummy_loader, device=args.device, dtype=args.dtype,
         compile=args.compile, fullgraph=args.fullgraph, cuda_graph=args.cuda_graph, run_name=args.run_name,
         seed=args.seed,
     )
-
-
-def append_csv(path: Path, line: str) -> None:
-    """Append one row to ``path``, writing the header first when the file is new or empty."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
-    with path.open("a") as f:
-        if new:
-            f.write(",".join(CSV_HEADER) + "\n")
-        f.write(line + "\n")
-
-
-def profile_line(cfg: SpeedConfig) -> str:
-    """One line of per-forward profiler figures for ``cfg`` (built again; plain eager forward)."""
-    from prismatic_tr.bench.measure.profiling import profile_forward
-    from prismatic_tr.bench.vit.speed import build_model, make_input
-
-    model, x = build_model(cfg), make_input(cfg)
-    prof = profile_forward(lambda: model(x), device=cfg.device, repeats=2)
-    launches = "n/a (CPU)" if prof.kernel_launches is None else f"{prof.kernel_launches:.0f}"
-    return (f"profile {cfg.name()}: dispatched_ops={prof.dispatched_ops:.0f} kernel_launches={launches} "
-            f"device_ms={prof.device_time_ms:.2f} wall_ms={prof.wall_time_ms:.2f} "
-            f"device/wall={prof.device_fraction:.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

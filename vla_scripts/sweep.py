@@ -1,6 +1,6 @@
 """Sweep baseline vs token-reduced ViT over input sizes x batch sizes; CSV, markdown tables and a plot.
 
-    python vla_scripts/sweep.py --model topk_deit_base_patch16_224 --keep_rate 0.1 --reduction_loc 3 6 9 \\
+    python vla_scripts/sweep.py --model topk_deit_base_patch16_224 --keep_ratio 0.1 --reduction_loc 3 6 9 \\
         --input_sizes 224 448 --batch_sizes 1 2 4 8 16 --device cpu --out_dir benchmarks/results/vit/sweep_cpu
 
 Writes ``sweep.csv`` (appended row by row; rerunning the same command resumes), ``sweep.md`` (one
@@ -11,22 +11,23 @@ per location) and ``speedup.png`` (speedup against token count, break-even marke
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from prismatic_tr.bench.measure.devices import DTYPES
+from prismatic_tr.bench.measure.devices import DTYPES, cpu_feature_words, cpu_info, timing_meta
 from prismatic_tr.bench.vit.sweep import SweepConfig, markdown_tables, plot_speedup, run_sweep
-from prismatic_tr.cli import add_flag, parse_args, set_threads
+from prismatic_tr.cli import add_flag, command_line, parse_args, set_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flag(p, "model", default="topk_deit_base_patch16_224", help="timm name with a method prefix")
-    add_flag(p, "keep_rate", type=float, default=None, help="default 0.1 unless --r is given")
-    add_flag(p, "reduction_loc", type=int, nargs="+", default=None, help="default 3 6 9 with --keep_rate")
+    add_flag(p, "keep_ratio", type=float, default=None, help="default 0.1 unless --r is given")
+    add_flag(p, "reduction_loc", type=int, nargs="+", default=None, help="default 3 6 9 with --keep_ratio")
     add_flag(p, "r", type=int, default=None)
     add_flag(p, "input_sizes", type=int, nargs="+", default=[224, 448])
     add_flag(p, "batch_sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -44,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
-    keep_rate, loc = args.keep_rate, args.reduction_loc
-    if args.r is None and keep_rate is None:
-        keep_rate = 0.1
-    if keep_rate is not None and loc is None:
+    keep_ratio, loc = args.keep_ratio, args.reduction_loc
+    if args.r is None and keep_ratio is None:
+        keep_ratio = 0.1
+    if keep_ratio is not None and loc is None:
         loc = [3, 6, 9]
-    return SweepConfig(model=args.model, keep_rate=keep_rate, reduction_loc=loc, r=args.r,
+    return SweepConfig(model=args.model, keep_ratio=keep_ratio, reduction_loc=loc, r=args.r,
                        input_sizes=args.input_sizes, batch_sizes=args.batch_sizes, warmup=args.warmup,
                        repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                        cuda_graph=args.cuda_graph, profile=args.profile)
@@ -69,10 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     table = markdown_tables(rows)
-    (out / "sweep.md").write_text(f"# {cfg.model} on {cfg.device} ({cfg.dtype}, {cfg.mode})\n\n{table}")
+    meta = timing_meta(command_line("vla_scripts/sweep.py", argv), cfg.dtype, cfg.device)
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (out / "sweep.md").write_text(f"# {cfg.model} on {cfg.device} ({cfg.dtype}, {cfg.mode})\n\n"
+                                  f"`{meta['command']}` on {cpu_info()['model']} ({cpu_feature_words()}); "
+                                  f"the machine in meta.json\n\n{table}")
     plot_speedup(rows, out / "speedup.png", title=f"{cfg.model}, {cfg.device}, {cfg.mode}")
     print(table)
-    print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'speedup.png'}")
+    print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'meta.json'}, {out / 'speedup.png'}")
     return 0
 
 

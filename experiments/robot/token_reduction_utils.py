@@ -15,6 +15,7 @@ from typing import Any
 from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods
 from prismatic_tr.vla import (
     ReductionHandle,
+    Setting,
     TokenReductionSettings,
     apply_50_percent_topk_reduction,
     apply_token_reduction_from_config,
@@ -39,6 +40,7 @@ def benchmark_token_reduction(vla: Any, sample_inputs: Any, **kwargs: Any) -> li
 __all__ = [
     "ReducerConfig",
     "ReductionHandle",
+    "Setting",
     "TokenReducer",
     "TokenReductionSettings",
     "apply_50_percent_topk_reduction",

@@ -17,9 +17,9 @@ import torch
 from .adapter import OpenVLAAdapter
 from .backbones import native_llm_problem
 from .config import MODEL_TYPE
+from .family import family_of
 from .modeling import NativeOpenVLA, read_config_dict
 from .oft import NativeOpenVLAOFT
-from .oft_checkpoint import is_oft_checkpoint
 from .oft_lora import adapter_base, unmerged_adapter
 from .processor import PROCESSOR_CONFIG, PrismaticProcessor, build_processor
 
@@ -43,7 +43,7 @@ def load_native(path: str, dtype: torch.dtype | None, device: str | torch.device
     """A checkpoint directory -> (NativeOpenVLA, or NativeOpenVLAOFT for OpenVLA-OFT's layout, and the
     PrismaticProcessor from the directory's processor files, else the base's for an unmerged OFT adapter)."""
     unmerged = unmerged_adapter(path)
-    if oft is not None or unmerged is not None or is_oft_checkpoint(path, read_config_dict(path)):
+    if oft is not None or unmerged is not None or family_of(path, read_config_dict(path)).chunked:
         vla = NativeOpenVLAOFT.from_pretrained(path, torch_dtype=dtype, device=device, oft=oft, base=base)
         if unmerged is not None and not os.path.isfile(os.path.join(path, PROCESSOR_CONFIG)):
             path = str(adapter_base(unmerged, base))  # the processor files of the base
@@ -161,7 +161,7 @@ def load_vla(
         unmerged = unmerged_adapter(path) is not None
         config = {} if unmerged else read_config_dict(path)
         problem = None if unmerged else native_problem(config)
-        if (oft is not None or unmerged or is_oft_checkpoint(path, config)) and (native is False or problem is not None):
+        if (oft is not None or unmerged or family_of(path, config).chunked) and (native is False or problem is not None):
             raise ValueError(f"{path!r} is an OpenVLA-OFT checkpoint; it loads natively only (native='auto' or True)"
                              + (f", which it cannot: {problem}" if problem else ""))
         if native is True and problem is not None:

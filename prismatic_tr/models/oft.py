@@ -220,16 +220,16 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         use_film: bool = False,
         pixel_values: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        return_hidden_states: bool = False,
         do_sample: bool = False,
-    ) -> np.ndarray | tuple[np.ndarray, torch.Tensor]:
-        """Un-normalised actions (chunk, action_dim) for a batch of one, (B, chunk, action_dim) otherwise.
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """OFT's pair ``(actions, hidden)``: the un-normalised actions, (chunk, action_dim) for a batch of one,
+        (B, chunk, action_dim) otherwise, and the slots' last hidden states (B, S, D), S = chunk x action_dim.
 
-        OFT's calling convention: ``proprio`` is the normalised state (B, proprio_dim) or (proprio_dim,);
-        ``proprio_projector`` / ``action_head`` default to the model's own (OFT's modules may be passed instead);
-        the empty token 29871 is appended where a prompt lacks it. ``return_hidden_states``: return OFT's pair
-        ``(actions, hidden states of the slots (B, S, D))``. A padded batch (``attention_mask``) is allowed.
-        Diffusion (``noisy_action_projector``), FiLM and sampling are not built: ValueError.
+        OFT's calling and return convention (``actions, _ = vla.predict_action(...)`` in its ``get_vla_action``):
+        ``proprio`` is the normalised state (B, proprio_dim) or (proprio_dim,); ``proprio_projector`` /
+        ``action_head`` default to the model's own (OFT's modules may be passed instead); the empty token 29871 is
+        appended where a prompt lacks it. A padded batch (``attention_mask``) is allowed. Diffusion
+        (``noisy_action_projector``), FiLM and sampling are not built: ValueError.
         """
         if noisy_action_projector is not None or use_film or do_sample:
             raise ValueError("the native OFT model builds the L1-regression and discrete heads only: "
@@ -241,8 +241,7 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         hidden = self.run_action_pass(prompt, self.embed_observation(pixel_values, proprio, proprio_projector))
         normalized = self.actions_from_hidden(hidden, action_head)
         actions = unnormalize_oft_actions(normalized, self.get_action_stats(key), self.oft.normalization)
-        actions = actions[0] if actions.shape[0] == 1 else actions
-        return (actions, hidden) if return_hidden_states else actions
+        return (actions[0] if actions.shape[0] == 1 else actions), hidden
 
     def get_action_dim(self, unnorm_key: str | None = None) -> int:
         """The action dimension of one chunk step (OFT's ``ACTION_DIM``)."""

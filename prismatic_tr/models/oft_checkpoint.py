@@ -54,15 +54,6 @@ def component_files(directory: str | os.PathLike) -> dict[str, Path]:
     return {name: paths[0] for name, paths in found.items() if name in BUILT}
 
 
-def is_oft_checkpoint(directory: str | os.PathLike, config: dict[str, Any]) -> bool:
-    """An OFT checkpoint: OFT component files beside the model, or an ``oft`` entry in its ``config.json``."""
-    if "oft" in config:
-        return True
-    d = Path(directory)
-    names = [p.name.partition("--") for p in d.iterdir()] if d.is_dir() else []
-    return any(sep and name in (*BUILT, *REFUSED) and rest.endswith(".pt") for name, sep, rest in names)
-
-
 def read_component(path: Path) -> dict[str, torch.Tensor]:
     """A component's state dict on the CPU, DDP's ``module.`` prefix removed."""
     try:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from prismatic_tr.models.family import family_of
 from prismatic_tr.models.oft_checkpoint import component_files, read_component
 from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR, bundled_oft_policy_dir, bundled_policy_dir
 
@@ -164,7 +165,7 @@ def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None,
     base_dir = Path(base) if base is not None else default_base(path)
     check_base(path, record, base_dir, allow_other_base)
     vla, processor = load_vla(base_dir, dtype=dtype, device=device)
-    if bool(heads) != hasattr(vla, "oft"):
+    if bool(heads) != family_of(vla).chunked:
         kinds = ("an OpenVLA-OFT policy", "an OpenVLA policy")
         raise ValueError(f"the adapter {str(path)!r} is for {kinds[not heads]}, and the base {str(base_dir)!r} is "
                          f"{kinds[bool(heads)]}")

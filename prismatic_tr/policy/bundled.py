@@ -30,6 +30,17 @@ OFT_UNNORM_KEY = "tabletop_pick_oft"
 BUNDLED_METAWORLD_POLICY_DIR = BUNDLED_POLICY_DIR.parent / "metaworld_policy"
 
 
+def unnorm_key_for(vla: Any, key: str | None = None) -> str:
+    """The action statistics key to un-normalise ``vla``'s actions with: ``key`` when given, else the bundled
+    policy's (:data:`UNNORM_KEY`) when the model has it, else the model's only key; ValueError naming the keys
+    otherwise (what ``eval_policy.py`` and ``make_onpolicy_data.py`` use)."""
+    stats = sorted(getattr(vla, "norm_stats", None) or {})
+    chosen = key or (UNNORM_KEY if UNNORM_KEY in stats else (stats[0] if len(stats) == 1 else None))
+    if chosen not in stats:
+        raise ValueError(f"--unnorm_key {chosen!r} is not among the model's action statistics {stats}")
+    return chosen
+
+
 def _shipped(directory: Path, what: str, remake: str) -> Path:
     """``directory`` when it holds a checkpoint; ValueError naming ``what`` is missing and the ``remake`` command."""
     if not (directory / "config.json").is_file():
@@ -53,7 +64,7 @@ def bundled_oft_policy_dir() -> Path:
 
 def bundled_metaworld_policy_dir() -> Path:
     """The bundled MetaWorld policy's directory; ValueError saying how to make it when it is missing (the whole
-    pipeline: ~3.5 h on 2 CPU cores, README "MetaWorld")."""
+    pipeline: ~3.5 h on 2 CPU cores, docs/guides/metaworld.md)."""
     return _shipped(BUNDLED_METAWORLD_POLICY_DIR, "MetaWorld policy",
                     "python vla_scripts/train_metaworld_policy.py --output_dir outputs/metaworld_policy")
 

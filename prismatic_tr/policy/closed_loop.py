@@ -25,6 +25,7 @@ from torch import nn
 from prismatic_tr.envs import SUCCESS, TIMEOUT, WRONG_OBJECT, TabletopEnv, TaskConfig, make_episode
 from prismatic_tr.envs.env import Observation
 from prismatic_tr.eval.intervals import wilson_interval
+from prismatic_tr.models.family import family_of
 from prismatic_tr.models.tokenizer import build_prompt
 
 
@@ -112,30 +113,71 @@ def oft_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], obser
     """(n, chunk, action_dim) actions of an OFT model for the episodes' current observations, one batched
     predict_action (:func:`oft_inputs`)."""
     oft = vla.oft
-    actions = vla.predict_action(**oft_inputs(vla, processor, envs, observations, unnorm_key))
+    actions, _ = vla.predict_action(**oft_inputs(vla, processor, envs, observations, unnorm_key))  # OFT's pair
     return np.asarray(actions, dtype=np.float64).reshape(len(envs), oft.num_actions_chunk, oft.action_dim)
+
+
+@dataclass(frozen=True)
+class Observing:
+    """How a model family sees the episodes and acts on them (:data:`OBSERVATIONS`).
+
+    inputs(vla, processor, env, observation, unnorm_key): ``predict_action``'s keyword arguments for one episode's
+        observation (batch 1).
+    chunks(vla, processor, envs, observations, unnorm_key): (n, c, 7) actions for the episodes' observations.
+    chunk(vla): c, the actions one prediction gives (run open loop before the next one).
+    proprio_dim(vla): the size of the state the model takes, None for none.
+    third_person: its episodes render the third-person camera (OFT's first image) besides the eye-in-hand one.
+    """
+
+    inputs: Callable[[nn.Module, object, TabletopEnv, Observation, str], dict[str, Any]]
+    chunks: Callable[[nn.Module, object, list[TabletopEnv], list[Observation], str], np.ndarray]
+    chunk: Callable[[nn.Module], int]
+    proprio_dim: Callable[[nn.Module], int | None]
+    third_person: bool
+
+
+def _openvla_inputs(vla: nn.Module, processor: object, env: TabletopEnv, observation: Observation,
+                    unnorm_key: str) -> dict[str, Any]:
+    return {**processor(build_prompt(env.instruction), observation.image), "unnorm_key": unnorm_key,
+            "do_sample": False}
+
+
+def _openvla_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
+                    unnorm_key: str) -> np.ndarray:
+    return policy_actions(vla, processor, envs, [o.image for o in observations], unnorm_key)[:, None]
+
+
+def _oft_inputs(vla: nn.Module, processor: object, env: TabletopEnv, observation: Observation,
+                unnorm_key: str) -> dict[str, Any]:
+    return oft_inputs(vla, processor, [env], [observation], unnorm_key)
+
+
+_OPENVLA = Observing(_openvla_inputs, _openvla_chunks, chunk=lambda vla: 1, proprio_dim=lambda vla: None,
+                     third_person=False)
+_OFT = Observing(_oft_inputs, oft_chunks, chunk=lambda vla: vla.oft.num_actions_chunk,
+                 proprio_dim=lambda vla: vla.oft.proprio_dim, third_person=True)
+# How each model family (prismatic_tr.models.family) sees an episode: OpenVLA's one image and one action a
+# prediction, or the native OpenVLA-OFT model's cameras, state and chunk (OFT's own code is driven as OpenVLA's).
+OBSERVATIONS: dict[str, Observing] = {"openvla": _OPENVLA, "openvla-remote": _OPENVLA, "openvla-oft": _OFT,
+                                      "openvla-oft-remote": _OPENVLA}
+
+
+def observing(vla: nn.Module) -> Observing:
+    """How ``vla``'s family sees the episodes (:data:`OBSERVATIONS`)."""
+    return OBSERVATIONS[family_of(vla).name]
 
 
 def policy_inputs(vla: nn.Module, processor: object, env: TabletopEnv, observation: Observation,
                   unnorm_key: str) -> dict[str, Any]:
     """The keyword arguments of ``predict_action`` for one episode's observation (batch 1), for either kind of
     model: what the closed loop passes, so a timing of this call is a timing of one closed-loop step."""
-    from prismatic_tr.bench.vla.oft_step import is_oft
-
-    if is_oft(vla):
-        return oft_inputs(vla, processor, [env], [observation], unnorm_key)
-    return {**processor(build_prompt(env.instruction), observation.image), "unnorm_key": unnorm_key,
-            "do_sample": False}
+    return observing(vla).inputs(vla, processor, env, observation, unnorm_key)
 
 
 def policy_chunks(vla: nn.Module, processor: object, envs: list[TabletopEnv], observations: list[Observation],
                   unnorm_key: str) -> np.ndarray:
     """(n, c, 7): an OFT model's chunks (c its chunk length), or an OpenVLA model's actions as chunks of one."""
-    from prismatic_tr.bench.vla.oft_step import is_oft
-
-    if is_oft(vla):
-        return oft_chunks(vla, processor, envs, observations, unnorm_key)
-    return policy_actions(vla, processor, envs, [o.image for o in observations], unnorm_key)[:, None]
+    return observing(vla).chunks(vla, processor, envs, observations, unnorm_key)
 
 
 @torch.no_grad()
@@ -162,9 +204,8 @@ def run_episodes(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} is not allowed; use an integer >= 1")
-    from prismatic_tr.bench.vla.oft_step import is_oft
-
-    chunk = vla.oft.num_actions_chunk if is_oft(vla) else 1
+    seeing = observing(vla)
+    chunk = seeing.chunk(vla)
     if execute_steps is not None and (isinstance(execute_steps, bool) or not isinstance(execute_steps, int)
                                       or not 1 <= execute_steps <= chunk):
         raise ValueError(f"execute_steps={execute_steps!r} is not allowed; use an integer in [1, {chunk}] (the "
@@ -174,7 +215,7 @@ def run_episodes(
     for start in range(0, len(seeds), batch_size):
         batch = [int(s) for s in seeds[start : start + batch_size]]
         envs = ([make_env(s) for s in batch] if make_env is not None
-                else [make_episode(s, config, third_person=is_oft(vla)) for s in batch])
+                else [make_episode(s, config, third_person=seeing.third_person) for s in batch])
         try:
             outcomes.extend(_run_batch(vla, processor, envs, unnorm_key, run_for, on_episode))
         finally:

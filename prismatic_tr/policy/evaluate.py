@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from prismatic_tr.bench.measure.timing import interleaved
-from prismatic_tr.bench.vla.oft_step import is_oft
 from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.policy.closed_loop import (
     EpisodeOutcome,
     SuccessSummary,
+    observing,
     outcome_counts,
     policy_inputs,
     run_episodes,
@@ -41,7 +41,7 @@ def llm_visual_tokens(setting: Setting, projector_tokens: int) -> int:
     from prismatic_tr.reducers import num_kept
 
     llm = next((p for p in setting.parts if p.site == "llm"), None)
-    return num_kept(projector_tokens, llm.reduction_ratio) if llm is not None else projector_tokens
+    return num_kept(projector_tokens, llm.keep_ratio) if llm is not None else projector_tokens
 
 
 def setting_fields(setting: Setting, tokens: int, timing: dict[str, Any] | None) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def setting_fields(setting: Setting, tokens: int, timing: dict[str, Any] | None)
     first = setting.parts[0] if setting.parts else setting
     stats = timing[setting.label].as_dict() if timing is not None else {"median": None, "p10": None, "p90": None}
     return {"setting": setting.label, "site": "+".join(p.site for p in setting.parts) or "none",
-            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
+            "reduction_ratio": first.keep_ratio, "depth_fraction": first.depth_fraction,
             "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(setting, tokens),
             "predict_action_ms": stats["median"], "predict_action_ms_p10": stats["p10"],
             "predict_action_ms_p90": stats["p90"]}
@@ -69,7 +69,7 @@ def time_settings(vla: nn.Module, processor: Any, settings: Sequence[Setting], u
                   config: TaskConfig | None, seed: int, warmup: int, repeats: int) -> dict[str, Any]:
     """``predict_action`` at batch 1 per setting, interleaved; ``{label: TimingStats}`` (an OFT model: one chunk
     from both cameras and the state, as in the closed loop)."""
-    env = make_episode(seed, config, third_person=is_oft(vla))
+    env = make_episode(seed, config, third_person=observing(vla).third_person)
     inputs = policy_inputs(vla, processor, env, env.reset(), unnorm_key)
     fns = {s.label: (lambda: vla.predict_action(**inputs)) for s in settings}
     contexts = {s.label: (lambda s=s: reduction(vla, s)) for s in settings}

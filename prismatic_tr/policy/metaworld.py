@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.policy.closed_loop import EpisodeOutcome, evaluation_record, run_episodes
+from prismatic_tr.policy.closed_loop import EpisodeOutcome, evaluation_record, observing, run_episodes
 
 # The reduction table's settings (vla.spec): unreduced, the projector and vision sites at keep 0.5 / 0.25 / 0.1
 # with the default selection (vision cut after 1/4 of the towers), and the llm site in the one pass.
@@ -56,10 +56,9 @@ def run_metaworld(vla: nn.Module, processor: object, tasks: Sequence[str], split
 
 def check_policy_state(vla: nn.Module) -> None:
     """ValueError when an OFT policy's proprio size is not the MetaWorld state's (an OpenVLA one takes none)."""
-    from prismatic_tr.bench.vla.oft_step import is_oft
     from prismatic_tr.envs.metaworld.tasks import STATE_DIM, STATE_FIELDS
 
-    size = vla.oft.proprio_dim if is_oft(vla) else None
+    size = observing(vla).proprio_dim(vla)
     if size is not None and size != STATE_DIM:
         raise ValueError(f"the policy takes a state of {size}; MetaWorld episodes give {STATE_DIM} "
                          f"({', '.join(STATE_FIELDS)}): train it on demonstrations written with that state")

@@ -2,9 +2,9 @@
 (``vla_scripts/train_metaworld_policy.py``):
 
 MetaWorld's scripted-expert demonstrations (:mod:`prismatic_tr.envs.metaworld.demos`, RLDS in OFT's LIBERO layout,
-``episodes_per_task`` per task) -> an OFT model made from an OpenVLA-style checkpoint (the bundled tabletop policy
-by default: its towers, projector and Llama) with a new proprio projector and L1 head, 2 cameras (``corner3``,
-``gripperPOV``), the 7-D state (effector, gripper, goal), a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
+``episodes_per_task`` per task, or ``task_episodes`` for the tasks it names) -> an OFT model made from an
+OpenVLA-style checkpoint (the bundled tabletop policy by default: its towers, projector and Llama) with a new
+proprio projector and L1 head, 2 cameras (``corner3``, ``gripperPOV``), the 7-D state (effector, gripper, goal), a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
 (MetaWorld's scenes look nothing like the tabletop's) -> the saved checkpoint with the most successes on validation
 episodes of every task -> closed-loop success per task on the test seeds (held-out goals), with Wilson intervals.
 
@@ -61,6 +61,8 @@ class MetaWorldPolicyTrainConfig:
     data_root: Path | None = None              # demonstrations written before by make_metaworld_demos.py (holding
                                                #   metaworld_mt10/); default: written into <output_dir>/data
     episodes_per_task: int = 50                # expert demonstrations per task (when the command writes them)
+    task_episodes: dict[str, int] = field(default_factory=dict)  # per-task counts overriding episodes_per_task
+                                               #   (e.g. '{reach-v3: 100}'; when the command writes them)
     tasks: list[str] = field(default_factory=lambda: list(MT10))  # tasks evaluated (the demonstrations hold MT10)
     base_policy: Path | None = None            # OpenVLA-style checkpoint it starts from (default: bundled tabletop)
     init_oft: Path | None = None               # start from this OFT policy instead (its statistics kept): fine-tuning
@@ -116,10 +118,12 @@ class MetaWorldPolicyTrainConfig:
             self.demo_config()   # its own checks (seed range)
             written = self.output_dir / "data" / DATASET / "demos.json"
             if written.is_file():
-                per_task = json.loads(written.read_text())["config"].get("episodes_per_task")
-                if per_task != self.episodes_per_task:
-                    raise ValueError(f"{written} holds {per_task} demonstrations per task, not --episodes_per_task "
-                                     f"{self.episodes_per_task}; remove {written.parent} or choose another "
+                held = json.loads(written.read_text())["config"]
+                per_task, per_named = held.get("episodes_per_task"), held.get("task_episodes") or {}
+                if per_task != self.episodes_per_task or per_named != self.task_episodes:
+                    raise ValueError(f"{written} holds {per_task} demonstrations per task ({per_named or 'none'} "
+                                     f"named), not --episodes_per_task {self.episodes_per_task} (--task_episodes "
+                                     f"{self.task_episodes or 'none'}); remove {written.parent} or choose another "
                                      "--output_dir")
                 check_demo_state(written)
         if self.init_oft is not None and (Path(self.init_oft) / "config.json").is_file():
@@ -139,7 +143,8 @@ class MetaWorldPolicyTrainConfig:
         """The :class:`~prismatic_tr.envs.metaworld.demos.MetaWorldDemoConfig` of the demonstrations it writes."""
         from prismatic_tr.envs.metaworld.demos import MetaWorldDemoConfig
 
-        return MetaWorldDemoConfig(episodes_per_task=self.episodes_per_task, output_dir=self.output_dir / "data",
+        return MetaWorldDemoConfig(episodes_per_task=self.episodes_per_task, task_episodes=dict(self.task_episodes),
+                                   output_dir=self.output_dir / "data",
                                    dataset_name=DATASET, image_size=self.image_size, progress=self.progress)
 
     @property
@@ -208,7 +213,7 @@ def evaluate(checkpoint: Path, split: str, episodes: int, cfg: MetaWorldPolicyTr
 def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
     """The checkpoint with the most successes over ``cfg.select_episodes`` validation episodes of every task (ties:
     the later step)."""
-    from prismatic_tr.policy.oft_recipe import choose_checkpoint
+    from prismatic_tr.policy.checkpoint_choice import choose_checkpoint
 
     def score(checkpoint: Path) -> dict[str, Any]:
         record = evaluate(checkpoint, VALIDATION, cfg.select_episodes, cfg)

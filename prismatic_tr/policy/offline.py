@@ -100,7 +100,7 @@ def evaluate_offline(
         first = s.parts[0] if s.parts else s
         records.append({
             "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or "none",
-            "reduction_ratio": first.reduction_ratio, "depth_fraction": first.depth_fraction,
+            "reduction_ratio": first.keep_ratio, "depth_fraction": first.depth_fraction,
             "num_patches": tokens, "llm_visual_tokens": llm_visual_tokens(s, tokens),
             "action_l1_to_demo": float(np.abs(actions - demo).mean()),
             "action_l1_to_unreduced": float(np.abs(actions - base_actions).mean()),

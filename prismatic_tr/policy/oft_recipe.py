@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import torch
 from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_ranges, split_seeds
 from prismatic_tr.policy.bundled import OFT_UNNORM_KEY as DATASET  # demonstrations' dataset name = unnorm_key
+from prismatic_tr.policy.checkpoint_choice import choose_checkpoint
 from prismatic_tr.policy.recipe_config import check_written_demos
 
 CURVE = "training_curve.csv"
@@ -262,21 +262,6 @@ def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data
                            start=start, state_path=state_path, identity=identity)
     write_curve(result.history, cfg.output_dir / CURVE, ["step", "loss", "lr", "step_time_s"])
     return result
-
-
-def choose_checkpoint(checkpoints: dict[int, Path], episodes: int, score: Callable[[Path], dict[str, Any]],
-                      count_key: str = "episodes", over: str = "") -> tuple[Path, dict[str, Any]]:
-    """The checkpoint whose ``score(path)`` (a dict with ``successes``, kept in the record) is highest over
-    ``episodes`` validation episodes, ties to the later step; the last step's without scoring when ``episodes`` is
-    0 or there is one checkpoint. Returns it and the selection record (``count_key``: the episodes' key)."""
-    steps = sorted(checkpoints)
-    if episodes == 0 or len(steps) == 1:
-        return checkpoints[steps[-1]], {count_key: 0, "rule": "the last step's checkpoint"}
-    scores = [{"step": s, "checkpoint": str(checkpoints[s]), **score(checkpoints[s])} for s in steps]
-    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
-    return checkpoints[steps[best]], {count_key: episodes, "split": VALIDATION,
-                                      "rule": f"most validation successes{over}, ties to the later step",
-                                      "candidates": scores, "chosen": scores[best]["checkpoint"]}
 
 
 def choose(cfg: OFTPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:

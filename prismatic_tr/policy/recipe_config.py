@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.splits import DEMONSTRATIONS, TEST, VALIDATION, check_seeds, split_seeds
 from prismatic_tr.policy.bundled import UNNORM_KEY as DATASET
 
@@ -157,17 +158,15 @@ class PolicyTrainConfig:
         if isinstance(self.stage2, dict):
             self.stage2 = StageConfig(**self.stage2)
         for name in ("num_episodes", "batch_size", "eval_episodes", "test_episodes", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 1")
+            check_int_flag(name, getattr(self, name), 1)
         check_stage(self, "--")
-        if isinstance(self.select_episodes, bool) or not isinstance(self.select_episodes, int) or self.select_episodes < 0:
-            raise ValueError(f"--select_episodes {self.select_episodes!r} is not allowed; use an integer >= 0 "
-                             "(0: keep the last step's checkpoint)")
+        try:
+            check_int_flag("select_episodes", self.select_episodes, 0)
+        except ValueError as err:
+            raise ValueError(f"{err} (0: keep the last step's checkpoint)") from None
         if self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is not allowed; choose one of {sorted(PRESETS)}")
-        if isinstance(self.vision_pretrain_steps, bool) or self.vision_pretrain_steps < 0:
-            raise ValueError(f"--vision_pretrain_steps {self.vision_pretrain_steps!r} is not allowed; use an integer >= 0")
+        check_int_flag("vision_pretrain_steps", self.vision_pretrain_steps, 0)
         if not 1 <= self.demo_min_objects <= self.demo_max_objects <= 5:
             raise ValueError(f"--demo_min_objects {self.demo_min_objects} / --demo_max_objects {self.demo_max_objects} "
                              "are not allowed; need 1 <= min <= max <= 5")

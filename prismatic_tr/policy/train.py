@@ -40,6 +40,8 @@ import torch
 
 from prismatic_tr.bench.measure.devices import cpu_info
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
+from prismatic_tr.policy.checkpoint_choice import checkpoints_in
+from prismatic_tr.policy.checkpoint_choice import choose_checkpoint as choose
 from prismatic_tr.policy.recipe_config import DATASET, PolicyTrainConfig, StageConfig, StageSpec
 
 __all__ = ["DATASET", "PolicyTrainConfig", "StageConfig", "choose_checkpoint", "evaluate", "install", "run_recipe",
@@ -199,32 +201,26 @@ def evaluate(checkpoint: Path, split: str, episodes: int, batch_size: int = 25,
     return {**evaluation_record(outcomes, split), "wall_s": time.perf_counter() - start}
 
 
-def candidate_checkpoints(last: Path) -> list[Path]:
-    """Every checkpoint the last stage saved (``step_N`` beside ``last``), in step order."""
-    return sorted(p for p in last.parent.glob("step_*") if (p / "config.json").is_file())
-
-
 def choose_checkpoint(cfg: PolicyTrainConfig, last: Path) -> tuple[Path, dict[str, Any]]:
     """The policy: of the last stage's saved checkpoints, the one with the most successes on the first
-    ``cfg.select_episodes`` validation episodes (ties: the later step, which trained longer); ``last`` itself
-    when ``select_episodes`` is 0 or it is the only one. Returns it and the record of every candidate.
+    ``cfg.select_episodes`` validation episodes (ties: the later step, which trained longer;
+    :mod:`prismatic_tr.policy.checkpoint_choice`); ``last`` itself when ``select_episodes`` is 0 or it is the only
+    one. Returns it and the record of every candidate.
 
     Closed-loop success of this policy moves by tens of points between checkpoints a few hundred steps apart
     while the training loss stays flat (benchmarks/results/policy_training/remake_diagnosis.md), so a fixed stop
     step chosen by hand for one run does not carry over to another: the command chooses on validation episodes.
     """
-    candidates = candidate_checkpoints(last)
+    candidates = checkpoints_in(last.parent)
     if cfg.select_episodes == 0 or len(candidates) <= 1:
-        return last, {"episodes": 0, "rule": "the last step's checkpoint", "candidates": [str(last)]}
-    scores = []
-    for path in candidates:
+        candidates = {0: last}
+
+    def score(path: Path) -> dict[str, Any]:
         rec = evaluate(path, VALIDATION, cfg.select_episodes, cfg.eval_batch_size, cfg.progress)
-        scores.append({"checkpoint": str(path), "successes": rec["successes"], "success_rate": rec["success_rate"]})
         logger.info("selection: %s %d/%d validation episodes", path.name, rec["successes"], cfg.select_episodes)
-    best = max(range(len(scores)), key=lambda i: (scores[i]["successes"], i))
-    return candidates[best], {"episodes": cfg.select_episodes, "split": VALIDATION,
-                              "rule": "most validation successes, ties to the later step",
-                              "candidates": scores, "chosen": str(candidates[best])}
+        return {"successes": rec["successes"], "success_rate": rec["success_rate"]}
+
+    return choose(candidates, cfg.select_episodes, score)
 
 
 def install(checkpoint: Path, records: list[Path], target: Path) -> Path:

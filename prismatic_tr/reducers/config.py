@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from prismatic_tr.reducers.registry import available_methods
+
 
 # follows EViT (youweiliang/evit evit.py, Apache-2.0; no code taken, see NOTICE): ceil(keep_rate * patches),
 # so TopK token counts equal EViT's.
@@ -15,10 +17,10 @@ def num_kept(n_patch: int, ratio: float) -> int:
     """Patch tokens kept when a fraction ``ratio`` of ``n_patch`` is kept: ``ceil(ratio * n_patch)``, clamped
     to [1, n_patch] (e.g. 0.7 of 196 -> 138, 0.7 of 256 -> 180, 0.3 of 256 -> 77).
 
-    The package's one rounding rule for "how many tokens are kept", used by ``reducers/`` (``reduction_ratio``),
-    ``vit/`` (``keep_rate``: TopK, and the merge count of tome / hquota_ff) and ``llm/`` (``keep_ratio``).
+    The package's one rounding rule for "how many tokens are kept", used by ``reducers/``, ``vit/`` (TopK, and
+    the merge count of tome / hquota_ff) and ``llm/``, each with its ``keep_ratio``.
     Rounding up never keeps less than the fraction asked for, and it is EViT's published keep-rate rule
-    (``ceil(keep_rate * patches)``: DeiT-S at 0.7 on blocks 3/6/9 goes 196 -> 138 -> 97 -> 68 patches), so the
+    (EViT's ``ceil(keep_rate * patches)``: DeiT-S at 0.7 on blocks 3/6/9 goes 196 -> 138 -> 97 -> 68 patches), so the
     in-backbone TopK counts equal EViT's. A 1e-6 guard absorbs float noise (0.1 * 90 = 9.000000000000002 -> 9).
     """
     return max(1, min(n_patch, math.ceil(ratio * n_patch - 1e-6)))
@@ -71,7 +73,7 @@ class ReducerConfig:
 
     Attributes:
         method: strategy name, one of :func:`~prismatic_tr.reducers.available_methods`.
-        reduction_ratio: fraction of patch tokens KEPT, in (0, 1]; K = num_kept(N_patch, ratio), i.e.
+        keep_ratio: fraction of patch tokens KEPT, in (0, 1]; K = num_kept(N_patch, ratio), i.e.
             max(1, ceil(ratio * N_patch)).
             ``spatial_pool`` ignores it: its kept fraction is 1 / spatial_merge_size**2.
         spatial_merge_size: window and stride of ``spatial_pool`` (>= 1).
@@ -85,7 +87,7 @@ class ReducerConfig:
     """
 
     method: str = "topk_magnitude"
-    reduction_ratio: float = 0.5
+    keep_ratio: float = 0.5
     spatial_merge_size: int = 2
     num_prefix_tokens: int = 0
     grid_size: tuple[int, int] | None = None
@@ -94,11 +96,9 @@ class ReducerConfig:
     pool_position: str = "mean"
 
     def __post_init__(self) -> None:
-        from prismatic_tr.reducers.registry import available_methods
-
         if self.method not in available_methods():
             raise ValueError(f"unknown reduction method {self.method!r}; allowed: {', '.join(available_methods())}")
-        self.reduction_ratio = check_fraction("reduction_ratio", self.reduction_ratio)
+        self.keep_ratio = check_fraction("keep_ratio", self.keep_ratio)
         if self.pool_position not in POOL_POSITIONS:
             raise ValueError(f"pool_position={self.pool_position!r} is not allowed; use one of {POOL_POSITIONS}")
         if isinstance(self.spatial_merge_size, bool) or not isinstance(self.spatial_merge_size, int) \

@@ -14,7 +14,7 @@ should weigh more (be picked first, its look-alikes too) or less (leave its slot
 
 The scorer and the cover compute in float32 with autocast off, so a bfloat16-autocast training forward and a
 float32 inference forward given the same tokens pick the same ones. The scorer's ``C + 1`` numbers live with the
-reduction setting (``TokenReductionSettings.scorer``, saved in a checkpoint's ``config.token_reduction``), never in
+reduction setting (``prismatic_tr.vla.Setting.scorer``, saved in a checkpoint's ``config.token_reduction``), never in
 the model's own modules or ``state_dict``.
 """
 
@@ -77,7 +77,7 @@ class CoverScorer(nn.Module):
             return max_min_order(x, k, weight=weight, first_key=weight * mean_dissimilarity(x))
 
     def values(self) -> list[float]:
-        """The scorer as ``TokenReductionSettings.scorer`` stores it: [w_1 .. w_C, b]."""
+        """The scorer as ``prismatic_tr.vla.Setting.scorer`` stores it: [w_1 .. w_C, b]."""
         return [float(v) for v in torch.cat([self.weight.detach().flatten(), self.bias.detach().view(1)]).cpu()]
 
 

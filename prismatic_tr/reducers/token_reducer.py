@@ -40,7 +40,7 @@ class TokenReducer(nn.Module):
         """True when the config keeps every token (the reducer then returns its input)."""
         if self.cfg.method == "spatial_pool":
             return self.cfg.spatial_merge_size == 1
-        return self.cfg.reduction_ratio == 1.0
+        return self.cfg.keep_ratio == 1.0
 
     def output_tokens(self, num_tokens: int) -> int:
         """Tokens out for ``num_tokens`` tokens in (prefix included); a function of shapes and config only."""
@@ -95,5 +95,5 @@ class TokenReducer(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.cfg
-        extra = f", merge={c.spatial_merge_size}" if c.method == "spatial_pool" else f", ratio={c.reduction_ratio}"
+        extra = f", merge={c.spatial_merge_size}" if c.method == "spatial_pool" else f", ratio={c.keep_ratio}"
         return f"method={c.method}{extra}, prefix={c.num_prefix_tokens}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prismatic_tr.cli import print_json
+from prismatic_tr.cli import check_int_flag, print_json
 
 from .config import ServeLimits
 
@@ -46,8 +46,7 @@ class DeployConfig:
             raise ValueError(f"--port {self.port!r} is not allowed; use 0 to 65535")
         if self.dtype not in DTYPE_CHOICES:
             raise ValueError(f"--dtype {self.dtype!r} is not allowed; use one of {', '.join(DTYPE_CHOICES)}")
-        if isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 0:
-            raise ValueError(f"--num_threads {self.num_threads!r} is not allowed; use an integer >= 0")
+        check_int_flag("num_threads", self.num_threads, 0)
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise ValueError(f"--log_level {self.log_level!r} is not allowed; use critical, error, warning, info or "
                              "debug")
@@ -103,7 +102,9 @@ class LoadTestCommand:
     clients: int = 4                        # concurrent clients, each waiting for its answer before the next request
     requests: int = 200                     # requests in all (the run also stops after --duration_s)
     duration_s: float = 60.0                # seconds of load at most
-    distinct: int = 32                      # distinct tabletop frames, each checked against its answer alone
+    distinct: int = 32                      # distinct tabletop frames at most, each checked against its answer alone
+    candidates: int | None = None           # frames probed alone to pick those with differing answers (default --distinct)
+    require_distinct: bool = False          # refuse a run where all answers are equal (a mix-up would go unseen)
     timeout_s: float = 120.0                # per request
     atol: float = 1e-6                      # an answer differing from its reference by more is "mismatched"
     soak: bool = False                      # 120 s (or --duration_s), a bad request every --bad_every, no request cap
@@ -123,7 +124,8 @@ class LoadTestCommand:
         duration = self.duration_s if (not self.soak or "duration_s" in given) else 120.0
         requests = self.requests if (not self.soak or "requests" in given) else 10**9
         return LoadTestConfig(self.url.rstrip("/"), self.clients, requests, duration, self.distinct,
-                              self.timeout_s, self.atol, self.bad_every if self.soak else 0, self.unnorm_key)
+                              self.timeout_s, self.atol, self.bad_every if self.soak else 0, self.unnorm_key,
+                              candidates=self.candidates, require_distinct=self.require_distinct)
 
 
 def load_test(cfg: LoadTestCommand, argv: list[str]) -> int:
@@ -135,5 +137,9 @@ def load_test(cfg: LoadTestCommand, argv: list[str]) -> int:
     report["command"] = " ".join(["python", "vla_scripts/load_test.py", *argv])
     report["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     print_json(report, cfg.output)
+    if not report["mixup_detectable"]:
+        print(f"WARNING: all {report['probed_observations']} probed observations got the same action, so "
+              "'mismatched' cannot catch a mixed-up answer (--require_distinct true refuses such a run)",
+              file=sys.stderr)
     failed = report["lost"] or report["mismatched"] or report["errors"] or report["bad_not_4xx"]
     return 1 if failed else 0

@@ -1,11 +1,16 @@
 """Load-test a server that speaks OpenVLA's deploy protocol: real HTTP, N concurrent clients, bounded.
 
-:func:`run_load_test` first sends each of ``distinct`` observations (tabletop frames of different episodes, so
-different images) alone, one after another, and keeps each answer as that observation's reference; then
-``clients`` threads send them round-robin, each waiting for its answer before sending the next, until ``requests``
-have been sent or ``duration_s`` has passed (each request has its own ``timeout_s``). Every answer is checked
-against its own reference: a response for another request is caught as ``mismatched``. With ``bad_every`` = K
-(the soak), every K-th request is a malformed one from :data:`BAD_KINDS` and must be answered 4xx.
+:func:`run_load_test` first sends each of ``candidates`` observations (tabletop frames of different episodes, so
+different images; default ``distinct``) alone, one after another, and keeps each answer as that observation's
+reference. A mixed-up answer (one meant for another request) is caught only where the two references differ, so the
+load uses at most ``distinct`` observations whose references differ pairwise by more than ``atol``
+(:func:`distinguishable`); then ``clients`` threads send them round-robin, each waiting for its answer before
+sending the next, until ``requests`` have been sent or ``duration_s`` has passed (each request has its own
+``timeout_s``). Every answer is checked against its own reference: a response for another request is caught as
+``mismatched``. A model that gives every observation the same action (a random-weight preset such as cpu-bench)
+leaves nothing to tell apart: the load then uses the first ``distinct`` observations and the report says
+``mixup_detectable: false`` (``require_distinct`` refuses such a run instead). With ``bad_every`` = K (the soak),
+every K-th request is a malformed one from :data:`BAD_KINDS` and must be answered 4xx.
 
 The result (:func:`summarize`): actions per second, latency percentiles, errors, lost requests (no answer),
 mismatches, bad requests answered 4xx or not, and the server's resident memory before and after (``/info``).
@@ -34,7 +39,9 @@ SERVER_KEYS = ("model", "setting", "cut", "dtype", "dtype_reason", "device", "vi
 
 @dataclass(frozen=True)
 class LoadTestConfig:
-    """What to send: ``clients`` threads, at most ``requests`` requests and ``duration_s`` seconds in all."""
+    """What to send: ``clients`` threads, at most ``requests`` requests and ``duration_s`` seconds in all, over at
+    most ``distinct`` observations picked from ``candidates`` (default ``distinct``) so that their references differ;
+    ``require_distinct``: refuse a run where fewer than two do (a mix-up could not be detected)."""
 
     url: str = "http://127.0.0.1:8000"
     clients: int = 4
@@ -46,12 +53,18 @@ class LoadTestConfig:
     bad_every: int = 0
     unnorm_key: str | None = None
     seed: int = 3_000_000
+    candidates: int | None = None
+    require_distinct: bool = False
 
     def __post_init__(self) -> None:
         for name in ("clients", "requests", "distinct"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is not allowed; use an integer >= 1")
+        c = self.candidates
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < self.distinct):
+            raise ValueError(f"candidates={c!r} is not allowed; use None (= distinct) or an integer >= distinct "
+                             f"({self.distinct})")
         if isinstance(self.bad_every, bool) or not isinstance(self.bad_every, int) or self.bad_every < 0:
             raise ValueError(f"bad_every={self.bad_every!r} is not allowed; use 0 (none) or an integer >= 1")
         for name in ("duration_s", "timeout_s"):
@@ -161,6 +174,33 @@ def reference_actions(cfg: LoadTestConfig, bodies: list[bytes]) -> list[np.ndarr
     return out
 
 
+def distinguishable(refs: list[np.ndarray], limit: int, atol: float) -> list[int]:
+    """Indices of at most ``limit`` references (each (A,) or (chunk, A)) that differ pairwise by more than ``atol``
+    (max |difference|, or in shape): the first of each group of equal ones, in order. Among the observations they
+    belong to, an answer meant for another request never passes as the right one."""
+    kept: list[int] = []
+    for i, ref in enumerate(refs):
+        if len(kept) == limit:
+            break
+        if all(ref.shape != refs[j].shape or float(np.max(np.abs(ref - refs[j]))) > atol for j in kept):
+            kept.append(i)
+    return kept
+
+
+def pick_observations(cfg: LoadTestConfig, refs: list[np.ndarray]) -> list[int]:
+    """Indices of the probed observations (``refs``: their references) that the load sends: the
+    :func:`distinguishable` ones when at least two are, else the first ``cfg.distinct``, among which a mix-up
+    cannot be detected (ValueError with ``cfg.require_distinct``)."""
+    kept = distinguishable(refs, cfg.distinct, cfg.atol)
+    if len(kept) >= 2:
+        return kept
+    if cfg.require_distinct:
+        raise ValueError(f"require_distinct=True, but the server gave all {len(refs)} probed observations the same "
+                         f"action (within atol={cfg.atol}), so a mixed-up answer could not be detected; probe more "
+                         "(candidates) or serve a model whose actions depend on what it sees")
+    return list(range(min(cfg.distinct, len(refs))))
+
+
 def _send_one(session: Any, cfg: LoadTestConfig, index: int, good: list[bytes], refs: list[np.ndarray],
               bad: Callable[[int], tuple[str, bytes]] | None, tally: Tally, lock: threading.Lock) -> None:
     """Send request ``index`` (a bad one every ``bad_every``) and record what came back."""
@@ -220,8 +260,10 @@ def run_clients(cfg: LoadTestConfig, good: list[bytes], refs: list[np.ndarray],
 
 
 def summarize(cfg: LoadTestConfig, tally: Tally, wall_s: float, refs: list[np.ndarray],
-              before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The report: throughput, latency percentiles (ms), errors, lost, mismatched, bad answers, memory."""
+              before: dict[str, Any], after: dict[str, Any], probed: int | None = None) -> dict[str, Any]:
+    """The report: throughput, latency percentiles (ms), errors, lost, mismatched (and whether a mix-up among the
+    ``refs`` sent could be detected at all: ``mixup_detectable``), bad answers, memory. ``probed``: observations
+    sent alone to pick ``refs`` from (default: as many as ``refs``)."""
     lat = np.asarray(tally.latencies_s) * 1000
     pct = {f"p{q}": round(float(np.percentile(lat, q)), 1) for q in (50, 95, 99)} if lat.size else {}
     errors = {str(k): v for k, v in sorted(tally.statuses.items()) if k != 200}
@@ -234,6 +276,8 @@ def summarize(cfg: LoadTestConfig, tally: Tally, wall_s: float, refs: list[np.nd
         "lost_examples": tally.lost[:5], "mismatched": tally.mismatched, "max_abs_diff": tally.max_abs_diff,
         "distinct_observations": len(refs),
         "distinct_reference_actions": len({r.tobytes() for r in refs}),
+        "probed_observations": len(refs) if probed is None else probed,
+        "mixup_detectable": len(refs) >= 2 and len(distinguishable(refs, len(refs), cfg.atol)) == len(refs),
         "wall_s": round(wall_s, 2), "actions_per_s": round(lat.size / wall_s, 3) if wall_s > 0 else None,
         "latency_ms": {**pct, "mean": round(float(lat.mean()), 1) if lat.size else None},
         "server_mean_batch_size": round(served / batches, 2) if batches else None,
@@ -244,7 +288,15 @@ def summarize(cfg: LoadTestConfig, tally: Tally, wall_s: float, refs: list[np.nd
                           "end": _mb(after.get("rss_bytes"))},
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "server": {k: after.get(k) for k in SERVER_KEYS},
+        # the timings' machine: the server's (/info), or this one's when the server does not say
+        "machine": after.get("machine") or _this_machine(),
     }
+
+
+def _this_machine() -> dict[str, Any]:
+    from prismatic_tr.bench.measure.devices import machine_info  # torch only when the server does not say
+
+    return machine_info()
 
 
 def _mb(value: Any) -> float | None:
@@ -256,9 +308,12 @@ def run_load_test(cfg: LoadTestConfig) -> dict[str, Any]:
     requests take the form the server's ``/info`` asks for (OpenVLA's one image, or OFT's images and state)."""
     info = server_info(cfg.url)
     images, proprio = int(info.get("min_images", 1)), info.get("proprio_dim")
-    requests_ = payloads(cfg.distinct, cfg.seed, images, proprio, cfg.unnorm_key)
-    good = [json_numpy.dumps(p).encode() for p in requests_]
-    refs = reference_actions(cfg, good)
+    probed = payloads(cfg.candidates or cfg.distinct, cfg.seed, images, proprio, cfg.unnorm_key)
+    probed_bodies = [json_numpy.dumps(p).encode() for p in probed]
+    probed_refs = reference_actions(cfg, probed_bodies)
+    picked = pick_observations(cfg, probed_refs)
+    requests_ = [probed[i] for i in picked]
+    good, refs = [probed_bodies[i] for i in picked], [probed_refs[i] for i in picked]
     limit = int(info.get("limits", {}).get("max_body_bytes", 8 * 2**20))
     kinds = [k for k in BAD_KINDS if proprio or k not in PROPRIO_KINDS]
     bad_cache: dict[str, bytes] = {}
@@ -271,4 +326,4 @@ def run_load_test(cfg: LoadTestConfig) -> dict[str, Any]:
 
     before = server_info(cfg.url)
     tally, wall = run_clients(cfg, good, refs, bad if cfg.bad_every else None)
-    return summarize(cfg, tally, wall, refs, before, server_info(cfg.url))
+    return summarize(cfg, tally, wall, refs, before, server_info(cfg.url), probed=len(probed))

@@ -23,6 +23,10 @@ from PIL import Image
 from .protocol import ActRequest, ModelSpec
 
 OWN = "own"  # the setting the checkpoint or adapter carries (the default)
+# How each model family (prismatic_tr.models.family) is served: "action" (one image in, one action out, as OpenVLA's
+# deploy.py) or "chunk" (OFT's cameras and state in, the model's action chunk out: the native OpenVLA-OFT model).
+SERVED: dict[str, str] = {"openvla": "action", "openvla-remote": "action", "openvla-oft": "chunk",
+                          "openvla-oft-remote": "action"}
 
 
 @dataclass
@@ -39,7 +43,7 @@ class ServedPolicy:
     @property
     def oft(self) -> Any:
         """The model's OFT settings (``OFTSettings``), or None for an OpenVLA model."""
-        return self.vla.oft if is_oft(self.vla) else None
+        return chunk_settings(self.vla)
 
     @property
     def spec(self) -> ModelSpec:
@@ -91,7 +95,7 @@ class ServedPolicy:
             stats = self.vla.norm_stats[key]["proprio"]
             state = np.stack([np.asarray(r.proprio, dtype=np.float64) for r in requests])
             extra["proprio"] = normalize_oft_proprio(state, stats, oft.normalization).astype(np.float32)
-        actions = self.vla.predict_action(**inputs, unnorm_key=key, do_sample=False, **extra)
+        actions, _ = self.vla.predict_action(**inputs, unnorm_key=key, do_sample=False, **extra)  # OFT's pair
         return np.asarray(actions).reshape(len(requests), oft.num_actions_chunk, oft.action_dim)
 
     def warm_up(self) -> None:
@@ -102,7 +106,9 @@ class ServedPolicy:
         self.predict([ActRequest((grey,) * spec.min_images, "pick up the red block", spec.unnorm_keys[0], state)])
 
     def info(self) -> dict[str, Any]:
-        """What ``GET /info`` says about the model."""
+        """What ``GET /info`` says about the model, and the machine it runs on (``machine``: CPU model and features,
+        cores, threads; what a load test's timings record)."""
+        from prismatic_tr.bench.measure.devices import machine_info
         from prismatic_tr.vla import reduction_cut, visual_token_count
 
         try:
@@ -116,14 +122,16 @@ class ServedPolicy:
         return {"model": self.name, "setting": self.setting, "cut": reduction_cut(self.vla), "dtype": self.dtype,
                 "device": str(self.device), "visual_tokens": tokens, "unnorm_keys": list(self.spec.unnorm_keys),
                 "max_images": self.spec.max_images, "min_images": self.spec.min_images,
-                "proprio_dim": self.spec.proprio_dim, "answer": answer, **self.details}
+                "proprio_dim": self.spec.proprio_dim, "answer": answer, "machine": machine_info(self.device),
+                **self.details}
 
 
-def is_oft(vla: Any) -> bool:
-    """Whether ``vla`` is the native OpenVLA-OFT model (one parallel pass, an action chunk per request)."""
-    from prismatic_tr.models.oft import NativeOpenVLAOFT
+def chunk_settings(vla: Any) -> Any:
+    """The OFT settings (``OFTSettings``) of a model served as chunks (:data:`SERVED`), None for one served as
+    single actions."""
+    from prismatic_tr.models.family import family_of
 
-    return isinstance(vla, NativeOpenVLAOFT)
+    return vla.oft if SERVED[family_of(vla).name] == "chunk" else None
 
 
 def apply_setting(vla: Any, setting: str | None) -> str:
@@ -181,7 +189,7 @@ def load_served_policy(vla_path: str | None = None, adapter: str | None = None, 
     if not getattr(vla, "norm_stats", None):
         raise ValueError(f"{name} has no action statistics (norm_stats; OpenVLA reads them from "
                          "dataset_statistics.json): actions cannot be un-normalised")
-    if is_oft(vla) and vla.proprio_projector is not None:
+    if chunk_settings(vla) is not None and vla.proprio_projector is not None:
         lacking = sorted(k for k, v in vla.norm_stats.items() if "proprio" not in v)
         if lacking:
             raise ValueError(f"{name} is an OpenVLA-OFT model with a proprio projector but its statistics for "

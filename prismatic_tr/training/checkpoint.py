@@ -36,7 +36,7 @@ from prismatic_tr.models.loading import local_checkpoint_dir
 from prismatic_tr.training.config import FinetuneConfig, TokenReductionConfig
 from prismatic_tr.training.model import OFT_HEADS, load_base, oft_heads, set_token_reduction
 from prismatic_tr.vla import (
-    TokenReductionSettings,
+    Setting,
     attach_token_reduction,
     current_token_reduction,
     get_token_reduction,
@@ -59,7 +59,7 @@ def set_norm_stats(vla: nn.Module, stats: dict[str, Any]) -> None:
 
 
 def merge_on_cpu(cfg: FinetuneConfig, adapter_dir: Path, dtype: torch.dtype,
-                 reductions: Sequence[TokenReductionSettings] | None = None) -> nn.Module:
+                 reductions: Sequence[Setting] | None = None) -> nn.Module:
     """Fresh base weights on the CPU + the saved adapter, merged into plain Linear layers, with ``reductions``
     attached (default: ``cfg.token_reduction``; the trained model's :func:`current_token_reduction` carries a learned
     scorer as trained)."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prismatic_tr.vla.settings import Setting
+
 QUANTIZATION_BITS = (4, 8)
 LR_SCHEDULES = ("constant", "cosine")
 COSINE_FLOOR = 0.1  # the cosine schedule ends at this fraction of the learning rate
@@ -38,22 +40,23 @@ class TokenReductionConfig:
     (``vla.config.token_reduction``), so the checkpoint reloads as the policy it was trained as.
 
     Off by default. Naming a ``site`` or a ``method`` turns it on: ``site`` None is "projector", ``method`` None
-    is the site's default (``prismatic_tr.vla.settings.DEFAULT_METHODS``); ``method`` "none" turns it off. The
-    fields are ``prismatic_tr.vla.TokenReductionSettings``', which validates them; after ``__post_init__``
-    ``site``, ``method`` and ``depth_fraction`` hold what runs. Site "llm" is refused (:func:`refuse_llm_site`).
+    is the site's default (``prismatic_tr.vla.settings.DEFAULT_METHODS``); ``method`` "none" turns it off. This is
+    the command line's view of a :class:`prismatic_tr.vla.settings.Setting` (its fields, names and defaults):
+    :meth:`settings` builds the one Setting, which validates; after ``__post_init__`` ``site``, ``method`` and
+    ``depth_fraction`` hold what runs. Site "llm" is refused (:func:`refuse_llm_site`).
     """
 
     # fmt: off
-    spec: str | None = None             # the whole setting in the one grammar, e.g. vision:diverse:0.1@0.25 (fills the fields below)
-    site: str | None = None             # projector | vision (llm is refused); None: projector when a method is named
-    method: str | None = None           # None: the site's default method (off when no site is named); "none": off
-    reduction_ratio: float = 0.5        # fraction of patch tokens kept
-    spatial_merge_size: int = 2         # window side for spatial methods (projector site)
-    depth_fraction: float | None = None  # vision site: fraction of the towers' blocks before the cut; None: its default
-    positions: str = "original"         # original (a kept token keeps its unreduced position) | compact
-    num_queries: int = 4                # llm site only
-    keep_cls_token: bool = True         # protect prefix tokens (CLS, registers) if the backbone emits them
-    seed: int = 0                       # for random selection methods
+    spec: str | None = None                         # the whole setting in the one grammar, e.g. vision:diverse:0.1@0.25 (fills the fields below)
+    site: str | None = None                         # projector | vision (llm is refused); None: projector when a method is named
+    method: str | None = None                       # None: the site's default method (off when no site is named); "none": off
+    keep_ratio: float = Setting.keep_ratio          # fraction of patch tokens kept
+    spatial_merge_size: int = Setting.spatial_merge_size  # window side for spatial methods (projector site)
+    depth_fraction: float | None = None             # vision site: fraction of the towers' blocks before the cut; None: its default
+    positions: str = Setting.positions              # original (a kept token keeps its unreduced position) | compact
+    num_queries: int = Setting.num_queries          # llm site only
+    keep_cls_token: bool = Setting.keep_cls_token   # protect prefix tokens (CLS, registers) if the backbone emits them
+    seed: int = Setting.seed                        # for random selection methods
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -78,7 +81,7 @@ class TokenReductionConfig:
             self.method, self.site = None, None
             return
         p = parts[0]
-        self.site, self.method, self.reduction_ratio = p.site, p.method, p.reduction_ratio
+        self.site, self.method, self.keep_ratio = p.site, p.method, p.keep_ratio
         self.depth_fraction, self.positions = p.depth_fraction, p.positions
         if p.method == "spatial_pool":
             self.spatial_merge_size = p.spatial_merge_size
@@ -88,13 +91,11 @@ class TokenReductionConfig:
         return self.method is not None or self.site is not None
 
     def settings(self) -> Any:
-        """The ``prismatic_tr.vla.TokenReductionSettings`` for this config, or None when disabled."""
+        """The :class:`prismatic_tr.vla.settings.Setting` for this config, or None when disabled."""
         if not self.enabled:
             return None
-        from prismatic_tr.vla import TokenReductionSettings
-
-        return TokenReductionSettings.for_site(
-            self.site or "projector", self.method, reduction_ratio=self.reduction_ratio,
+        return Setting.for_site(
+            self.site or "projector", self.method, keep_ratio=self.keep_ratio,
             spatial_merge_size=self.spatial_merge_size, keep_cls_token=self.keep_cls_token, seed=self.seed,
             depth_fraction=self.depth_fraction, num_queries=self.num_queries, positions=self.positions,
         )
@@ -107,7 +108,7 @@ class TokenReductionConfig:
             parts.append(f"d{self.depth_fraction:g}")
         if self.positions == "compact":
             parts.append("compact")
-        return "-".join(parts + [f"{self.reduction_ratio}"])
+        return "-".join(parts + [f"{self.keep_ratio}"])
 
 
 def refuse_llm_site(site: str) -> None:
@@ -239,7 +240,7 @@ class FinetuneConfig:
         return min(self.lora_rank, 16)
 
     def exp_id(self) -> str:
-        """Run name in OpenVLA's style: <model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+tr-<reduction>][+distill-w]
+        """Run name in OpenVLA's style: ``<model>+<dataset>+b<global batch>+lr-<lr>[+lora-r..][+q-4bit][+tr-<reduction>][+distill-w]``
         (:meth:`TokenReductionConfig.run_name`)."""
         parts = [Path(str(self.vla_path)).name, self.dataset_name, f"b{self.batch_size * self.grad_accumulation_steps}",
                  f"lr-{self.learning_rate}"]

@@ -21,6 +21,7 @@ from prismatic_tr.data import ActionPromptTransform, ImageAugmentation, PaddedCo
 from prismatic_tr.data.rlds import RLDSSource
 from prismatic_tr.data.statistics import save_dataset_statistics
 from prismatic_tr.models import ActionTokenizer
+from prismatic_tr.models.family import family_of
 from prismatic_tr.reducers.learned import LEARNED
 from prismatic_tr.training import checkpoint as ckpt
 from prismatic_tr.training.config import FinetuneConfig
@@ -32,7 +33,9 @@ from prismatic_tr.training.model import (
     trainable_parameters,
     wrap_ddp,
 )
+from prismatic_tr.training.oft import OFTTask
 from prismatic_tr.training.preflight import DataPlan, check_vla_path, plan_data, shared_plan
+from prismatic_tr.training.session import Session
 from prismatic_tr.training.step import accumulated_step
 from prismatic_tr.vla import token_reduction_parameters
 
@@ -152,24 +155,6 @@ def _log(records: list[dict[str, torch.Tensor]], step: int, elapsed: float, resu
         run.log({k: v for k, v in last.items() if k != "step"}, step=step)
 
 
-@dataclass
-class Session:
-    """Everything a run needs, built (and validated) before the first step."""
-
-    cfg: FinetuneConfig
-    info: DistInfo
-    plan: DataPlan
-    model: nn.Module          # what runs the training forward, DDP-wrapped when world_size > 1
-    inner: nn.Module          # what is trained (PeftModel or VLA), without DDP (saving)
-    vla: nn.Module            # the underlying VLA (config, vocabulary)
-    processor: Any
-    optimizer: torch.optim.Optimizer
-    action_tokenizer: ActionTokenizer | None  # OpenVLA's action tokens (None for an OFT policy: continuous)
-    run_dir: Path
-    start_step: int
-    task: Any = None          # the policy kind's data, step and distillation (None: OpenVLATask)
-
-
 class OpenVLATask:
     """How an OpenVLA policy fine-tunes: RLDS steps as prompt + action tokens, next-token loss on the action
     tokens, KL self-distillation. :class:`prismatic_tr.training.oft.OFTTask` is the OpenVLA-OFT counterpart."""
@@ -204,11 +189,14 @@ class OpenVLATask:
                             temperature=cfg.distill_temperature, use_bf16=cfg.autocast(session.info.device))
 
 
-def task_for(vla_path: str) -> Any:
-    """:class:`OpenVLATask`, or :class:`prismatic_tr.training.oft.OFTTask` for an OpenVLA-OFT checkpoint."""
-    from prismatic_tr.training.oft import OFTTask, is_oft_path
+# How each model family fine-tunes (prismatic_tr.models.family): its data, step and distillation.
+TASKS: dict[str, type] = {"openvla": OpenVLATask, "openvla-oft": OFTTask}
 
-    return OFTTask() if is_oft_path(vla_path) else OpenVLATask()
+
+def task_for(vla_path: str) -> Any:
+    """The task of ``vla_path``'s family (:data:`TASKS`): :class:`OpenVLATask`, or
+    :class:`prismatic_tr.training.oft.OFTTask` for an OpenVLA-OFT checkpoint."""
+    return TASKS[family_of(vla_path).name]()
 
 
 def prepare(cfg: FinetuneConfig, info: DistInfo) -> Session:

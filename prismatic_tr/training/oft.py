@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,26 +32,14 @@ from torch.utils.data import DataLoader
 from prismatic_tr.data import ImageAugmentation, RLDSIterableDataset
 from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
 from prismatic_tr.models.oft import predict_chunk
-from prismatic_tr.models.oft_checkpoint import is_oft_checkpoint
 from prismatic_tr.training.checkpoint import load_trainer_state
 from prismatic_tr.training.config import FinetuneConfig
 from prismatic_tr.training.distributed import DistInfo
 from prismatic_tr.training.preflight import DataPlan, check_batch_fits, shared_plan
+from prismatic_tr.training.session import Session
 from prismatic_tr.training.step import accumulated_step
 
-if TYPE_CHECKING:
-    from prismatic_tr.training.loop import Session
-
 ChunkLoss = Any  # (predicted chunk (B, chunk, A), batch) -> () tensor
-
-
-def is_oft_path(vla_path: str | Path) -> bool:
-    """Whether ``vla_path`` is a local OpenVLA-OFT checkpoint (OFT's head files, or an ``oft`` entry in its
-    config); a hub id or a plain OpenVLA checkpoint is not."""
-    path = Path(str(vla_path))
-    if not (path / "config.json").is_file():
-        return False
-    return is_oft_checkpoint(path, json.loads((path / "config.json").read_text()))
 
 
 def _source(cfg: FinetuneConfig, vla: nn.Module) -> OFTChunkSource:

@@ -2,7 +2,7 @@
 
     from prismatic_tr.vit import apply_vit_reduction, create_model, tokens_per_location
     handle = apply_vit_reduction(model, "tome", r=8)        # or used as a context manager
-    model = create_model("topk_deit_base_patch16_224", keep_rate=0.7, reduction_loc=[3, 6, 9])
+    model = create_model("topk_deit_base_patch16_224", keep_ratio=0.7, reduction_loc=[3, 6, 9])
     model.token_reduction_handle.remove()
 
 Algorithms (pure tensors) live in ``topk.py``, ``merging.py`` (Token Merging), ``hquota.py``; ``patch.py``

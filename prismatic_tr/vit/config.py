@@ -1,7 +1,7 @@
 """Configuration, validation and static token-count schedules for in-backbone ViT reduction.
 
 Per-layer plan: a list with one entry per block, each ``None`` (no reduction there) or a ``LayerStep``:
-``LayerStep("keep", keep_rate)`` (TopK keeps ``num_kept(patches, keep_rate)`` patch tokens, the package's one
+``LayerStep("keep", keep_ratio)`` (TopK keeps ``num_kept(patches, keep_ratio)`` patch tokens, the package's one
 rounding rule (``prismatic_tr.reducers.config``); tome / hquota_ff merge the complement, at most half of the
 patch tokens) or ``LayerStep("r", r)`` (merge r tokens, clamped to half; schedules in
 ``prismatic_tr.vit.merging.merge_schedule``). All counts are functions of shapes and config only, so
@@ -52,18 +52,18 @@ class VitReductionConfig:
     """What to reduce and where. Validated in ``__post_init__`` (ValueError naming the bad value).
 
     method: "topk" | "tome" | "hquota_ff".
-    keep_rate: fraction of patch tokens kept at each of ``reduction_loc`` (float, or one per location);
+    keep_ratio: fraction of patch tokens kept at each of ``reduction_loc`` (float, or one per location);
         required for topk; for tome / hquota_ff an alternative to ``r``.
     r: tokens merged per block (tome / hquota_ff only): int (every block), per-block list (missing
         blocks 0), or (r, inflection) with inflection in [-1, 1]: r falls (< 0) or rises (> 0) linearly across
         the blocks around a mean of r (see ``merge_schedule``).
-    reduction_loc: 0-based block indices for ``keep_rate`` (default: EViT's [3, 6, 9] scaled to depth).
+    reduction_loc: 0-based block indices for ``keep_ratio`` (default: EViT's [3, 6, 9] scaled to depth).
     hub_fraction: hquota_ff's share of kept patch tokens chosen as hubs, in [0, 1].
     prop_attn: proportional attention (log size added to attention logits) for tome / hquota_ff.
     """
 
     method: str
-    keep_rate: float | list[float] | None = None
+    keep_ratio: float | list[float] | None = None
     r: RSpec | None = None
     reduction_loc: list[int] | None = None
     hub_fraction: float = 0.5
@@ -74,16 +74,16 @@ class VitReductionConfig:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHODS)}")
         if self.method == "topk" and self.r is not None:
-            raise ValueError(f"r={self.r!r} is not allowed for topk; use keep_rate in (0, 1]")
-        if (self.keep_rate is None) == (self.r is None):
-            raise ValueError(f"give exactly one of keep_rate / r for {self.method} (got keep_rate={self.keep_rate!r}, r={self.r!r})")
+            raise ValueError(f"r={self.r!r} is not allowed for topk; use keep_ratio in (0, 1]")
+        if (self.keep_ratio is None) == (self.r is None):
+            raise ValueError(f"give exactly one of keep_ratio / r for {self.method} (got keep_ratio={self.keep_ratio!r}, r={self.r!r})")
         if not 0.0 <= self.hub_fraction <= 1.0:
             raise ValueError(f"hub_fraction={self.hub_fraction!r} must be in [0, 1]")
-        if self.keep_rate is not None:
-            rates = self.keep_rate if isinstance(self.keep_rate, (list, tuple)) else [self.keep_rate]
+        if self.keep_ratio is not None:
+            rates = self.keep_ratio if isinstance(self.keep_ratio, (list, tuple)) else [self.keep_ratio]
             for rate in rates:
                 if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
-                    raise ValueError(f"keep_rate={rate!r} must be a number in (0, 1]")
+                    raise ValueError(f"keep_ratio={rate!r} must be a number in (0, 1]")
             self._rates = [float(x) for x in rates]
         if self.r is not None:
             _check_r(self.r)
@@ -97,7 +97,7 @@ class VitReductionConfig:
         """One entry per block (see module doc). Raises ValueError for locations outside [0, depth)."""
         if self.r is not None:
             if self.reduction_loc is not None:
-                raise ValueError(f"reduction_loc={self.reduction_loc!r} goes with keep_rate, not r; give r as a per-block list")
+                raise ValueError(f"reduction_loc={self.reduction_loc!r} goes with keep_ratio, not r; give r as a per-block list")
             rs = merge_schedule(self.r, depth)  # ValueError for a list longer than depth
             return [LayerStep("r", float(r)) if r > 0 else None for r in rs]
         locs = self.reduction_loc if self.reduction_loc is not None else default_reduction_loc(depth)
@@ -106,7 +106,7 @@ class VitReductionConfig:
             raise ValueError(f"reduction_loc entries {bad} outside the depth; allowed 0..{depth - 1}")
         rates = self._rates if len(self._rates) > 1 else self._rates * len(locs)
         if len(rates) != len(locs):
-            raise ValueError(f"keep_rate has {len(rates)} values for {len(locs)} reduction_loc entries; must match")
+            raise ValueError(f"keep_ratio has {len(rates)} values for {len(locs)} reduction_loc entries; must match")
         plan: list[LayerStep | None] = [None] * depth
         for loc, rate in zip(locs, rates, strict=True):
             plan[loc] = LayerStep("keep", rate)
@@ -137,7 +137,7 @@ def _check_r(r: object) -> None:
 def tokens_per_location(
     num_tokens: int,
     method: str,
-    keep_rate: float | list[float] | None = None,
+    keep_ratio: float | list[float] | None = None,
     r: RSpec | None = None,
     reduction_loc: list[int] | None = None,
     depth: int = 12,
@@ -148,7 +148,7 @@ def tokens_per_location(
 
     ``num_tokens`` is the count entering block 0 (e.g. 197 for DeiT at 224 px: 196 patches + CLS).
     """
-    cfg = VitReductionConfig(method=method, keep_rate=keep_rate, r=r, reduction_loc=reduction_loc)
+    cfg = VitReductionConfig(method=method, keep_ratio=keep_ratio, r=r, reduction_loc=reduction_loc)
     counts = [num_tokens]
     for step in cfg.layer_plan(depth):
         counts.append(tokens_after(counts[-1], num_prefix_tokens, method, step))

@@ -12,7 +12,7 @@ from prismatic_tr.vit.patch import apply_vit_reduction
 
 __all__ = ["create_model", "split_method"]
 
-_REDUCTION_KWARGS = ("keep_rate", "r", "reduction_loc", "hub_fraction", "prop_attn")
+_REDUCTION_KWARGS = ("keep_ratio", "r", "reduction_loc", "hub_fraction", "prop_attn")
 
 
 def split_method(name: str) -> tuple[str | None, str]:
@@ -26,8 +26,8 @@ def split_method(name: str) -> tuple[str | None, str]:
 def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
     """Build a timm model, with token reduction attached when ``name`` has a method prefix.
 
-    ``create_model("topk_deit_base_patch16_224", keep_rate=0.1, reduction_loc=[3, 6, 9])``;
-    reduction kwargs (keep_rate, r, reduction_loc, hub_fraction, prop_attn) go to ``apply_vit_reduction``,
+    ``create_model("topk_deit_base_patch16_224", keep_ratio=0.1, reduction_loc=[3, 6, 9])``;
+    reduction kwargs (keep_ratio, r, reduction_loc, hub_fraction, prop_attn) go to ``apply_vit_reduction``,
     everything else to ``timm.create_model``. The handle is ``model.token_reduction_handle`` (also
     ``get_vit_reduction(model)``); it is not a submodule, so ``state_dict`` keys equal timm's.
     A name without prefix gives the plain timm model (reduction kwargs then raise ValueError).

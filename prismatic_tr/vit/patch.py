@@ -155,7 +155,7 @@ def _patched_indices(cfg: VitReductionConfig, plan: list[LayerStep | None]) -> l
 def apply_vit_reduction(
     model: nn.Module,
     method: str,
-    keep_rate: float | list[float] | None = None,
+    keep_ratio: float | list[float] | None = None,
     r: int | list[int] | tuple[int, float] | None = None,
     reduction_loc: list[int] | None = None,
     hub_fraction: float = 0.5,
@@ -168,7 +168,7 @@ def apply_vit_reduction(
     Raises ValueError for bad arguments, unsupported blocks, or an r above (N - P) // 2.
     """
     blocks, num_prefix = _check_model(model)
-    cfg = VitReductionConfig(method=method, keep_rate=keep_rate, r=r, reduction_loc=reduction_loc,
+    cfg = VitReductionConfig(method=method, keep_ratio=keep_ratio, r=r, reduction_loc=reduction_loc,
                              hub_fraction=hub_fraction, prop_attn=prop_attn)
     plan = cfg.layer_plan(len(blocks))
     num_patches = getattr(getattr(model, "patch_embed", None), "num_patches", None)

@@ -74,18 +74,18 @@ def reduction_block(depth: int, depth_fraction: float) -> int:
 @dataclass
 class SharedSelectionConfig:
     """depth_fraction in (0, 1): where (fraction of the blocks a tower runs); keep_ratio in (0, 1]: patches
-    kept; scoring: one of :func:`scorings`; seed: of a scoring that draws at random (``random``)."""
+    kept; method: the scoring, one of :func:`scorings`; seed: of a method that draws at random (``random``)."""
 
     depth_fraction: float
     keep_ratio: float
-    scoring: str = "attention"
+    method: str = "attention"
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_fraction("depth_fraction", self.depth_fraction, closed_high=False, what="a fraction of the depth")
         check_fraction("keep_ratio", self.keep_ratio, what="the fraction of patches kept")
-        if self.scoring not in scorings():
-            raise ValueError(f"scoring={self.scoring!r} is not allowed; use one of {scorings()}")
+        if self.method not in scorings():
+            raise ValueError(f"method={self.method!r} is not allowed; use one of {scorings()}")
 
 
 def _query_keys(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +100,7 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str | R
     """(B, P + N, C) output of ``tower.blocks[block]`` -> (B, N) importance of the patch tokens.
 
     ``scoring``: "attention" or "norm", or the :class:`ReducerConfig` of a registered selection strategy, which
-    scores the patch tokens (its ``reduction_ratio`` the fraction kept; ``key`` a 0-d int64 key when the
+    scores the patch tokens (its ``keep_ratio`` the fraction kept; ``key`` a 0-d int64 key when the
     strategy draws at random)."""
     p = tower.num_prefix_tokens
     if isinstance(scoring, ReducerConfig):
@@ -124,17 +124,17 @@ class SharedSelectionHandle:
     def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
                  on_select: Callable[[torch.Tensor], None] | None = None, scorer: CoverScorer | None = None) -> None:
         self.towers, self.config, self.on_select = list(towers), config, on_select
-        if (scorer is not None) != (config.scoring == LEARNED):
-            raise ValueError(f"scoring={config.scoring!r} with scorer={type(scorer).__name__}: a CoverScorer goes "
+        if (scorer is not None) != (config.method == LEARNED):
+            raise ValueError(f"method={config.method!r} with scorer={type(scorer).__name__}: a CoverScorer goes "
                              f"with scoring {LEARNED!r}, and only with it")
         self.scorer, self._gate = scorer, None
         self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
         self.pending: torch.Tensor | None = None
-        self._scoring: str | ReducerConfig = config.scoring if config.scoring in SCORINGS + (LEARNED,) else \
-            ReducerConfig(method=config.scoring, reduction_ratio=config.keep_ratio)
-        self._keys = KeyStream(config.seed) if draws_at_random(config.scoring) else None
+        self._scoring: str | ReducerConfig = config.method if config.method in SCORINGS + (LEARNED,) else \
+            ReducerConfig(method=config.method, keep_ratio=config.keep_ratio)
+        self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
         self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
             zip(self.towers, self.blocks, strict=True))]
 
@@ -219,7 +219,7 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 
 
 def apply_shared_selection(
-    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, scoring: str = "attention",
+    towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, method: str = "attention",
     on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0, scorer: CoverScorer | None = None,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
@@ -228,8 +228,8 @@ def apply_shared_selection(
     Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
     ``VisionTransformer``-like, or towers whose patch grids differ.
     """
-    config = SharedSelectionConfig(depth_fraction, keep_ratio, scoring, seed)
+    config = SharedSelectionConfig(depth_fraction, keep_ratio, method, seed)
     check_towers(towers)
-    if scoring == LEARNED and scorer is None:
+    if method == LEARNED and scorer is None:
         scorer = CoverScorer(tower_width(towers[0]))
     return SharedSelectionHandle(towers, config, on_select, scorer)

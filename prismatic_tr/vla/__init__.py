@@ -21,9 +21,16 @@ from prismatic_tr.vla.quick import (
     monkey_patch_vision_backbone_with_reduction,
 )
 from prismatic_tr.vla.scope import CallRecord, reduction_call
-from prismatic_tr.vla.settings import CONFIG_KEY, POSITIONS, SITES, TokenReductionSettings, read_settings
+from prismatic_tr.vla.settings import (
+    CONFIG_KEY,
+    POSITIONS,
+    SITES,
+    Setting,
+    TokenReductionSettings,
+    read_settings,
+)
 from prismatic_tr.vla.sites import LLMSiteHandle, ProjectorSiteHandle, ReductionHandle, VisionSiteHandle
-from prismatic_tr.vla.spec import Setting, parse_setting, setting_of
+from prismatic_tr.vla.spec import parse_setting, setting_of
 
 __all__ = [
     "CONFIG_KEY",

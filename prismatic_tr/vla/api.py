@@ -14,9 +14,10 @@ from typing import Any
 
 from torch import nn
 
+from prismatic_tr.reducers.config import check_fraction
 from prismatic_tr.vla.locate import find_vision_backbone, images_in_input, original_num_patches
 from prismatic_tr.vla.registry import backbone_handle, llm_handle, set_config_before, sync_config
-from prismatic_tr.vla.settings import SITES, TokenReductionSettings, read_settings
+from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, SITES, Setting, read_settings
 
 
 def get_token_reduction(vla: nn.Module, site: str | None = None) -> Any:
@@ -56,7 +57,7 @@ def visual_token_count(vla: nn.Module) -> int:
     return per_image * images_in_input(backbone)
 
 
-def attach_token_reduction(vla: nn.Module, settings: TokenReductionSettings) -> Any:
+def attach_token_reduction(vla: nn.Module, settings: Setting) -> Any:
     """Attach ``settings`` to ``vla`` and return the handle. It replaces an earlier reduction in the same slot
     (``projector`` and ``vision`` share the backbone's slot; ``llm`` has its own)."""
     from prismatic_tr.vla.sites import HANDLES
@@ -73,7 +74,7 @@ def apply_token_reduction_to_vla(
     vla: nn.Module,
     method: str | None = None,
     reduction_ratio: float = 0.5,
-    spatial_merge_size: int = 2,
+    spatial_merge_size: int = DEFAULT_MERGE_SIZE,
     keep_cls_token: bool = True,
     seed: int = 0,
     site: str = "projector",
@@ -87,29 +88,30 @@ def apply_token_reduction_to_vla(
     "vision": inside the vision towers after ``depth_fraction`` of their depth (``method`` "attention", "norm" or a
     selecting reducer such as "diverse"); "llm": inside the language model before layer
     ``round(depth_fraction * layers)`` of the prefill (``method`` "attention"). ``method`` None takes the site's
-    measured default (``prismatic_tr.vla.settings.DEFAULT_METHODS``). ``reduction_ratio`` is the fraction
-    of visual tokens kept. ``positions``: "original" (default) gives every token the sequence position it has
+    measured default (``prismatic_tr.vla.settings.DEFAULT_METHODS``). ``reduction_ratio`` (the seed design's
+    keyword) is the fraction of visual tokens kept, the setting's ``keep_ratio``. ``positions``: "original" (default) gives every token the sequence position it has
     without reduction; "compact" (projector / vision only) renumbers the kept tokens (v0.2's behaviour). Works on
     the native model, OpenVLA's Hugging Face model (remote code) and OpenVLA-OFT's (not the llm site), wrapped by
     PEFT, DDP or ``torch.compile`` or not. Applying again replaces the earlier reduction of the same slot
     (projector / vision share one); the llm site combines with either. Bad settings raise ``ValueError``
     before the model is touched. Undo with :func:`remove_token_reduction`.
     """
-    settings = TokenReductionSettings.for_site(
-        site, method, reduction_ratio=reduction_ratio, spatial_merge_size=spatial_merge_size,
+    check_fraction("reduction_ratio", reduction_ratio)  # named as the caller wrote it
+    settings = Setting.for_site(
+        site, method, keep_ratio=reduction_ratio, spatial_merge_size=spatial_merge_size,
         keep_cls_token=keep_cls_token, seed=seed, depth_fraction=depth_fraction, num_queries=num_queries,
         positions=positions)
     attach_token_reduction(vla, settings)
     return vla
 
 
-def apply_token_reduction_spec(vla: nn.Module, spec: str, seed: int = 0) -> nn.Module:
+def apply_token_reduction_spec(vla: nn.Module, spec: str | Setting, seed: int = 0) -> nn.Module:
     """Attach the reduction that ``spec`` names, in the one grammar of :mod:`prismatic_tr.vla.spec` (e.g.
-    ``"vision:diverse:0.1@0.25"``, ``"diverse:0.25+llm:attention:0.5@0.25"``; ``"none"``: no reduction), after
-    removing any; returns ``vla``. The spec is checked in full before the model is touched."""
+    ``"vision:diverse:0.1@0.25"``, ``"diverse:0.25+llm:attention:0.5@0.25"``; ``"none"``: no reduction) or as a
+    :class:`Setting`, after removing any; returns ``vla``. The spec is checked in full before the model is touched."""
     from prismatic_tr.vla.spec import parse_setting
 
-    reductions = parse_setting(spec).reductions(seed)
+    reductions = (spec if isinstance(spec, Setting) else parse_setting(spec)).reductions(seed)
     remove_token_reduction(vla)
     for settings in reductions:
         attach_token_reduction(vla, settings)
@@ -117,7 +119,7 @@ def apply_token_reduction_spec(vla: nn.Module, spec: str, seed: int = 0) -> nn.M
 
 
 @contextlib.contextmanager
-def reductions_attached(vla: nn.Module, settings: Sequence[TokenReductionSettings]) -> Iterator[list[Any]]:
+def reductions_attached(vla: nn.Module, settings: Sequence[Setting]) -> Iterator[list[Any]]:
     """Attach every one of ``settings`` (one per site) for the block, after removing any reduction; remove
     them all on exit. Yields the handles (none for an empty list: the unreduced model)."""
     remove_token_reduction(vla)
@@ -153,7 +155,7 @@ def token_reduction_parameters(vla: nn.Module) -> list[nn.Parameter]:
     return [p for h in live_handles(vla) for p in h.scorer_parameters()]
 
 
-def current_token_reduction(vla: nn.Module) -> list[TokenReductionSettings]:
+def current_token_reduction(vla: nn.Module) -> list[Setting]:
     """The attached settings as they stand now (a learned scorer's current values included); also written to
     ``vla.config.token_reduction``, so a model saved next carries them."""
     sync_config(find_vision_backbone(vla).model)

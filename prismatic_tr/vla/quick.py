@@ -1,38 +1,34 @@
-"""One-line conveniences for quick experiments; both are undoable like everything else."""
+"""v0.2's one-line conveniences, kept as deprecated aliases of the one attach API
+(:func:`prismatic_tr.vla.apply_token_reduction_to_vla`, :func:`prismatic_tr.vla.apply_token_reduction_spec`)."""
 
 from __future__ import annotations
+
+import warnings
 
 from torch import nn
 
 from prismatic_tr.vla.api import apply_token_reduction_to_vla, attach_token_reduction
-from prismatic_tr.vla.settings import DEFAULT_METHODS, TokenReductionSettings
+from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, DEFAULT_METHODS, Setting
 from prismatic_tr.vla.sites import ReductionHandle
 
 
-def apply_50_percent_topk_reduction(vla: nn.Module) -> nn.Module:
-    """Keep the 50% of visual tokens with the largest L2 norm; returns ``vla`` (undo: ``remove_token_reduction``).
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
-    The seed design's one-liner, kept by name; on the bundled tabletop policy this score keeps background tokens
-    and loses the task (README, "which tokens to keep"): ``apply_token_reduction_to_vla(vla)`` takes the measured
-    default instead."""
+
+def apply_50_percent_topk_reduction(vla: nn.Module) -> nn.Module:
+    """Deprecated: ``apply_token_reduction_spec(vla, "topk_magnitude:0.5")`` (the seed design's one-liner; on the
+    bundled policy this score keeps the background and loses the task, docs/results/openvla.md)."""
+    _deprecated("apply_50_percent_topk_reduction(vla)", 'apply_token_reduction_spec(vla, "topk_magnitude:0.5")')
     return apply_token_reduction_to_vla(vla, method="topk_magnitude", reduction_ratio=0.5)
 
 
 def monkey_patch_vision_backbone_with_reduction(
-    vla: nn.Module,
-    method: str = DEFAULT_METHODS["projector"],
-    reduction_ratio: float = 0.5,
-    spatial_merge_size: int = 2,
-    keep_cls_token: bool = True,
-    seed: int = 0,
+    vla: nn.Module, method: str = DEFAULT_METHODS["projector"], reduction_ratio: float = 0.5,
+    spatial_merge_size: int = DEFAULT_MERGE_SIZE, keep_cls_token: bool = True, seed: int = 0,
 ) -> ReductionHandle:
-    """Patch the vision backbone so it returns reduced tokens; returns the handle.
-
-    Use it as a context manager for a scoped experiment::
-
-        with monkey_patch_vision_backbone_with_reduction(vla, "spatial_pool") as handle:
-            action = vla.predict_action(**inputs, unnorm_key="bridge_orig")
-        # the model is exactly as before here
-    """
-    settings = TokenReductionSettings(method, reduction_ratio, spatial_merge_size, keep_cls_token, seed)
-    return attach_token_reduction(vla, settings)
+    """Deprecated: ``attach_token_reduction(vla, Setting(method, keep_ratio, ...))``; returns the handle, a context
+    manager."""
+    _deprecated("monkey_patch_vision_backbone_with_reduction", "attach_token_reduction(vla, Setting(...))")
+    return attach_token_reduction(vla, Setting(method, reduction_ratio, spatial_merge_size,
+                                               keep_cls_token=keep_cls_token, seed=seed))

@@ -8,7 +8,7 @@ backbone that raises) followed by a text-only ``generate`` runs exactly as the u
 
 The top-level calls are the VLA's ``forward``, ``generate`` and ``predict_action`` (whichever the model has):
 while any site is attached they are wrapped on the instance of the innermost model
-(:func:`prismatic_tr.vla.locate.innermost_vla`: under PEFT, DDP or ``torch.compile`` the wrapped model's own
+(:func:`prismatic_tr.models.wrappers.innermost_vla`: under PEFT, DDP or ``torch.compile`` the wrapped model's own
 methods, which every wrapper ends up calling), in ``model.__dict__``, removed with the last site, so the model is
 exactly as before. Wrapping the methods, not hooking ``__call__``, also scopes the calls that reach
 ``forward`` directly (PEFT's ``LoraModel`` calls ``self.model.forward``) and OpenVLA-OFT's ``predict_action``,
@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from prismatic_tr.models.wrappers import innermost_vla
 
 SCOPE_ATTR = "_prismatic_tr_scope"
 SCOPED_METHODS = ("forward", "generate", "predict_action")
@@ -97,8 +99,6 @@ class CallScope:
 
 def scope_of(model: nn.Module) -> CallScope | None:
     """The call scope installed on ``model`` or the model it wraps (PEFT, DDP, compiled), or None."""
-    from prismatic_tr.vla.locate import innermost_vla
-
     return innermost_vla(model).__dict__.get(SCOPE_ATTR)
 
 
@@ -122,7 +122,7 @@ def _scoped(scope: CallScope, method: Callable[..., Any]) -> Callable[..., Any]:
 
 def use_scope(model: nn.Module) -> CallScope:
     """Install the call scope on ``model`` (first user: wrap its top-level methods) and count one more user.
-    ``model``: the innermost VLA (:func:`prismatic_tr.vla.locate.innermost_vla`)."""
+    ``model``: the innermost VLA (:func:`prismatic_tr.models.wrappers.innermost_vla`)."""
     scope = model.__dict__.get(SCOPE_ATTR)
     if scope is None:
         scope = CallScope()

@@ -85,6 +85,38 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
             "features": {f: (f in flags) if known else None for f in CPU_FEATURES}}
 
 
+def cpu_feature_words(cpuinfo: str | None = None) -> str:
+    """``"avx2, avx512f, amx_bf16"``: the :data:`CPU_FEATURES` this CPU has, for a results file's prose ("none of
+    ..." when it has none, "unknown" off Linux)."""
+    features = cpu_info(cpuinfo)["features"]
+    if any(v is None for v in features.values()):  # type: ignore[union-attr]
+        return "features unknown"
+    have = [f for f, v in features.items() if v]  # type: ignore[union-attr]
+    return ", ".join(have) if have else "none of " + ", ".join(CPU_FEATURES)
+
+
+def machine_info(device: DeviceLike = None) -> dict[str, object]:
+    """The machine a timing ran on, as every results file that holds a timing records it: ``cpu``
+    (:func:`cpu_info`: model and :data:`CPU_FEATURES`), ``cores`` (``os.cpu_count()``), ``torch_threads``,
+    ``torch`` (version), ``platform`` and ``gpu`` (the CUDA device's name; None off CUDA)."""
+    import os
+    import platform
+
+    dev = as_device(device) if device is not None else None
+    gpu = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else None
+    return {"cpu": cpu_info(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "platform": platform.platform(), "gpu": gpu}
+
+
+def timing_meta(command: str, dtype: torch.dtype | str, device: DeviceLike = None) -> dict[str, object]:
+    """``{"command", "dtype", "machine"}``: what a results file records beside a timing, in one place (``dtype`` as
+    its name, e.g. "bfloat16"; ``machine``: :func:`machine_info`)."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not allowed; use one of {', '.join(sorted(DTYPES))}")
+    return {"command": command, "dtype": name, "machine": machine_info(device)}
+
+
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU multiplies bf16 in hardware (``avx512_bf16`` or ``amx_bf16`` among its flags).
 

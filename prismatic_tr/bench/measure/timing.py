@@ -5,12 +5,12 @@ being measured (not of whatever device is current), and the host synchronises ex
 call, so nothing inside the timed region waits for the GPU. On a CPU (or any device without events)
 calls are timed with ``time.perf_counter`` around a synchronised call.
 
->>> stats = time_fn(lambda: model(x), warmup=5, repeats=20, device="cuda")
->>> stats.median_ms, stats.p10_ms, stats.p90_ms
->>> timer = Timer("cuda")
->>> for _ in range(10):
-...     timer.start(); v = vision(px); timer.mark("vision"); y = llm(v); timer.mark("llm"); timer.stop()
->>> timer.summary()["vision"]["median"]
+    >>> stats = time_fn(lambda: model(x), warmup=5, repeats=20, device="cuda")
+    >>> stats.median_ms, stats.p10_ms, stats.p90_ms
+    >>> timer = Timer("cuda")
+    >>> for _ in range(10):
+    ...     timer.start(); v = vision(px); timer.mark("vision"); y = llm(v); timer.mark("llm"); timer.stop()
+    >>> timer.summary()["vision"]["median"]
 """
 
 from __future__ import annotations

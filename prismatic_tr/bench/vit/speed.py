@@ -2,7 +2,7 @@
 earlier DeiT study's speed script printed.
 
 >>> cfg = SpeedConfig(model="topk_deit_base_patch16_224", input_size=448, batch_size=8,
-...                   keep_rate=0.1, reduction_loc=[3, 6, 9], device="cpu")
+...                   keep_ratio=0.1, reduction_loc=[3, 6, 9], device="cpu")
 >>> row = run_speed_test(cfg)       # dict with the CSV_HEADER keys
 >>> print(format_csv(row))
 
@@ -19,6 +19,7 @@ import resource
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ class SpeedConfig:
     model: str = "deit_base_patch16_224"
     input_size: int = 224  # square input side in pixels (the model is built with img_size=input_size)
     batch_size: int = 1
-    keep_rate: float | None = None  # reduction kwargs go to prismatic_tr.vit.create_model
+    keep_ratio: float | None = None  # reduction kwargs go to prismatic_tr.vit.create_model
     reduction_loc: list[int] | None = None
     r: int | None = None
     warmup_iters: int = 5  # untimed calls (compilation / graph capture happen before these)
@@ -74,8 +75,8 @@ class SpeedConfig:
             raise ValueError(f"cuda_graph needs a CUDA device, got device={self.device!r}")
         if self.cuda_graph and self.compile:
             raise ValueError("choose one of compile / cuda_graph (compile with mode='reduce-overhead' uses graphs)")
-        if self.keep_rate is not None and not 0.0 < self.keep_rate <= 1.0:
-            raise ValueError(f"keep_rate={self.keep_rate!r} must be in (0, 1]")
+        if self.keep_ratio is not None and not 0.0 < self.keep_ratio <= 1.0:
+            raise ValueError(f"keep_ratio={self.keep_ratio!r} must be in (0, 1]")
 
     def check_model(self) -> None:
         """Build the model with meta parameters (no memory, no weights, milliseconds): ``ValueError`` for an
@@ -89,7 +90,7 @@ class SpeedConfig:
 
     def reduction_kwargs(self) -> dict[str, Any]:
         """Only the reduction kwargs that were given."""
-        out = {"keep_rate": self.keep_rate, "reduction_loc": self.reduction_loc, "r": self.r}
+        out = {"keep_ratio": self.keep_ratio, "reduction_loc": self.reduction_loc, "r": self.r}
         return {k: v for k, v in out.items() if v is not None}
 
     def name(self) -> str:
@@ -97,8 +98,8 @@ class SpeedConfig:
         if self.run_name:
             return self.run_name
         parts = [self.model, f"{self.input_size}px", f"bs{self.batch_size}", self.dtype]
-        if self.keep_rate is not None:
-            parts.append(f"keep{self.keep_rate:g}")
+        if self.keep_ratio is not None:
+            parts.append(f"keep{self.keep_ratio:g}")
         if self.r is not None:
             parts.append(f"r{self.r}")
         if self.reduction_loc:
@@ -262,6 +263,28 @@ def format_csv(row: dict[str, Any], header: bool = False) -> str:
         cells.append("" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value))
     line = ",".join(cells)
     return ",".join(CSV_HEADER) + "\n" + line if header else line
+
+
+def append_csv(path: Path, line: str) -> None:
+    """Append one row to ``path``, writing the header first when the file is new or empty."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a") as f:
+        if new:
+            f.write(",".join(CSV_HEADER) + "\n")
+        f.write(line + "\n")
+
+
+def profile_line(cfg: SpeedConfig) -> str:
+    """One line of per-forward profiler figures for ``cfg`` (built again; plain eager forward)."""
+    from prismatic_tr.bench.measure.profiling import profile_forward
+
+    model, x = build_model(cfg), make_input(cfg)
+    prof = profile_forward(lambda: model(x), device=cfg.device, repeats=2)
+    launches = "n/a (CPU)" if prof.kernel_launches is None else f"{prof.kernel_launches:.0f}"
+    return (f"profile {cfg.name()}: dispatched_ops={prof.dispatched_ops:.0f} kernel_launches={launches} "
+            f"device_ms={prof.device_time_ms:.2f} wall_ms={prof.wall_time_ms:.2f} "
+            f"device/wall={prof.device_fraction:.2f}")
 
 
 def clone_with_reduction(base: nn.Module, method: str, **kwargs: Any) -> nn.Module:

@@ -4,7 +4,7 @@ For each input size the baseline is built once and the reduced model is a deep c
 attached; for each batch size the two are timed interleaved (A B A B ...). Rows are appended to a CSV as they
 finish, so an interrupted sweep resumes where it stopped.
 
->>> cfg = SweepConfig(model="topk_deit_base_patch16_224", keep_rate=0.1, reduction_loc=[3, 6, 9])
+>>> cfg = SweepConfig(model="topk_deit_base_patch16_224", keep_ratio=0.1, reduction_loc=[3, 6, 9])
 >>> rows = run_sweep(cfg, csv_path=Path("out/sweep.csv"))
 >>> print(markdown_tables(rows)); plot_speedup(rows, Path("out/speedup.png"))
 """
@@ -47,7 +47,7 @@ class SweepConfig:
     """Baseline vs reduced over ``input_sizes`` x ``batch_sizes``; ``model`` carries the method prefix."""
 
     model: str = "topk_deit_base_patch16_224"
-    keep_rate: float | None = 0.1
+    keep_ratio: float | None = 0.1
     reduction_loc: list[int] | None = field(default_factory=lambda: [3, 6, 9])
     r: int | None = None
     input_sizes: list[int] = field(default_factory=lambda: [224, 448])
@@ -92,7 +92,7 @@ class SweepConfig:
 
     def speed_config(self, input_size: int, batch_size: int, reduced: bool = False) -> SpeedConfig:
         """The SpeedConfig of one cell (baseline unless ``reduced``)."""
-        red = {"keep_rate": self.keep_rate, "reduction_loc": self.reduction_loc, "r": self.r} if reduced else {}
+        red = {"keep_ratio": self.keep_ratio, "reduction_loc": self.reduction_loc, "r": self.r} if reduced else {}
         return SpeedConfig(model=self.model if reduced else self.base_name, input_size=input_size,
                            batch_size=batch_size, device=self.device, dtype=self.dtype, compile=self.compile,
                            cuda_graph=self.cuda_graph, **red)

@@ -1,9 +1,9 @@
 """Policy-step benchmark: latency per phase, speedup against its Amdahl bound, MACs, memory and fidelity
 of one OpenVLA (or OpenVLA-OFT) control step, unreduced and with each token-reduction setting.
 
->>> records = benchmark_token_reduction(vla, processor(prompt, image, return_tensors="pt"),
-...                                     methods=["topk_magnitude", "spatial_pool"], ratios=[0.5])
->>> records[1]["speedup"], records[1]["ideal_speedup"], records[1]["action_token_agreement"]
+    >>> records = benchmark_token_reduction(vla, processor(prompt, image, return_tensors="pt"),
+    ...                                     methods=["topk_magnitude", "spatial_pool"], ratios=[0.5])
+    >>> records[1]["speedup"], records[1]["ideal_speedup"], records[1]["action_token_agreement"]
 
 Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one OpenVLA step is; a native OpenVLA-OFT
 model, :class:`~prismatic_tr.models.NativeOpenVLAOFT`, is timed as :mod:`prismatic_tr.bench.vla.oft_step` splits
@@ -29,7 +29,8 @@ its step: vision, reducer, projector, llm (the one parallel pass), head; ``model
   projector too (one token, scaled with the visual ones in the bound).
 * MACs per phase (:func:`prismatic_tr.bench.measure.flops.count_macs`: matmul-like ops, one multiply-add
   = 1 MAC), reported in GMACs per step (the whole batch).
-* Noise: ``vision_vs_baseline``, ``total_spread`` (p90 / p10 of the total) and ``noise_flag`` /
+* Noise: ``vision_vs_baseline``, ``predict_action_spread`` (p90 / p10 of the whole ``predict_action``),
+  ``total_spread`` (p90 / p10 of the phase sum) and ``noise_flag`` /
   ``noise_reason`` per row, by the rule of :mod:`prismatic_tr.bench.measure.noise` (the vision phase does the
   same work in every row, so it gauges the machine).
 * ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` over one step (weights included); on a CPU the
@@ -64,10 +65,12 @@ from prismatic_tr.bench.vla.measure import (
     restore_model_state,
     step_peak_memory_mb,
 )
-from prismatic_tr.bench.vla.oft_step import OFTStep, is_oft
+from prismatic_tr.bench.vla.oft_step import OFTStep
 from prismatic_tr.bench.vla.phases import OPENVLA_STEP, StepPhases
 from prismatic_tr.bench.vla.step import PolicyStep, StepBase, StepInputs, prepare_inputs, timed_call
+from prismatic_tr.models.family import family_of
 from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction, unwrap_vla
+from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, SWEEP_METHODS
 from prismatic_tr.vla.spec import (
     BASELINE,
     POOL_METHOD,
@@ -157,9 +160,19 @@ def add_speedup_fields(records: list[dict], text_tokens: int, phases: StepPhases
         rec["efficiency"] = rec["speedup"] / rec["ideal_speedup"]
 
 
+# How each model family's control step is timed (prismatic_tr.models.family): OFT's phases for the native OpenVLA-OFT
+# model, OpenVLA's for the others; (vla, inputs, action tokens) -> step, the class looked up at call time.
+STEPS: dict[str, Callable[[nn.Module, StepInputs, int], StepBase]] = {
+    "openvla": lambda vla, inputs, n: PolicyStep(vla, inputs, n),
+    "openvla-remote": lambda vla, inputs, n: PolicyStep(vla, inputs, n),
+    "openvla-oft": lambda vla, inputs, n: OFTStep(vla, inputs),
+    "openvla-oft-remote": lambda vla, inputs, n: PolicyStep(vla, inputs, n),
+}
+
+
 def _make_step(vla: nn.Module, inputs: StepInputs, num_action_tokens: int) -> StepBase:
-    """OFT's phases for a native OpenVLA-OFT model, else OpenVLA's (``PolicyStep``, looked up at call time)."""
-    return OFTStep(vla, inputs) if is_oft(vla) else PolicyStep(vla, inputs, num_action_tokens)
+    """The step of ``vla``'s family (:data:`STEPS`)."""
+    return STEPS[family_of(vla).name](vla, inputs, num_action_tokens)
 
 
 def _answer(vla: nn.Module, step: StepBase, unnorm_key: str) -> Any:
@@ -182,7 +195,7 @@ def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnor
     pool = first.method == POOL_METHOD
     rec: dict = {
         "method": s.family, "setting": s.label, "site": "+".join(p.site for p in s.parts) or BASELINE,
-        "reduction_ratio": k / n_in if pool else first.reduction_ratio, "depth_fraction": first.depth_fraction,
+        "reduction_ratio": k / n_in if pool else first.keep_ratio, "depth_fraction": first.depth_fraction,
         "cut": reduction_cut(vla),
         "spatial_merge_size": first.spatial_merge_size if pool else None, "num_patches": k, "num_patches_in": n_in,
         "llm_visual_tokens": out.llm_visual_tokens, "tokens_kept": out.llm_visual_tokens / n_in,
@@ -199,9 +212,9 @@ def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnor
 def benchmark_token_reduction(
     vla: nn.Module,
     sample_inputs: dict[str, torch.Tensor],
-    methods: Sequence[str] = ("topk_magnitude", "attention_score", "random", "spatial_pool"),
+    methods: Sequence[str] = SWEEP_METHODS,
     ratios: Sequence[float] = (0.75, 0.5, 0.25),
-    spatial_merge_size: int | Sequence[int] = 2,
+    spatial_merge_size: int | Sequence[int] = DEFAULT_MERGE_SIZE,
     num_runs: int = 10,
     warmup: int = 2,
     device: torch.device | str | None = None,

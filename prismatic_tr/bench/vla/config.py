@@ -17,16 +17,19 @@ import torch
 
 from prismatic_tr.bench.measure.devices import fast_dtype, resolve_device
 from prismatic_tr.bench.measure.devices import resolve_dtype as _resolve_dtype
+from prismatic_tr.cli import check_int_flag
+from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, DEFAULT_METHODS
 
-# --full's projector methods: every registered reducer (the seed design's four and the selections measured since).
-DEFAULT_METHODS = ["diverse", "salient_diverse", "saliency", "topk_magnitude", "attention_score", "random",
-                   "spatial_pool"]
-# The main job: what a user needs to see the trade-off: the default selection at both sites and the keeps that
-# matter, compact numbering once, and the llm site (under 10 minutes on 2 cores; random and the seed design's
-# scorers are in --full and benchmarks/results/selection/).
+# --full's projector methods: the default, then every other registered reducer (the selections measured since and
+# the seed design's four).
+FULL_METHODS = [DEFAULT_METHODS["projector"], "salient_diverse", "saliency", "topk_magnitude", "attention_score",
+                "random", "spatial_pool"]
+# The main job: what a user needs to decide: the default selection at both sites at the keeps that matter, and
+# the llm site (within 10 minutes on 2 cores of either CPU kind, install included; the earlier renumbered positions
+# (`:compact`), random and the seed design's scorers are in --full and benchmarks/results/selection/).
 MAIN_SETTINGS = [
     "diverse:0.25", "diverse:0.1",
-    "vision:diverse:0.25@0.25", "vision:diverse:0.25@0.25:compact", "vision:diverse:0.1@0.25",
+    "vision:diverse:0.25@0.25", "vision:diverse:0.1@0.25",
     "llm:attention:0.5@0.25",
 ]
 # --full: reduction inside the vision towers and inside the language model (see prismatic_tr.vla.spec).
@@ -44,15 +47,17 @@ SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
 # The OpenVLA-OFT twin of each preset (its towers and LLM, 2 images, proprio, one pass) that ``--oft`` times after
 # the preset's own rows; the main job (no --preset) times cpu-bench-oft.
 OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft", "openvla-7b": "openvla-oft-7b"}
-# The main job's OpenVLA-OFT rows: one per site at the keeps that matter (the main job stays within 10 minutes on
-# an AVX2-only CPU, where both models run in float32); benchmarks/results/oft times every main setting.
-OFT_MAIN_SETTINGS = ["diverse:0.1", "vision:diverse:0.1@0.25", "llm:attention:0.5@0.25"]
+# The main job's OpenVLA-OFT rows: keep 0.1 at the projector and inside the towers, where OFT's one pass turns fewer
+# tokens into speed (an AVX2-only CPU runs both models in float32, and OFT's unreduced step is its longest: every
+# row costs about 11 passes); benchmarks/results/oft times every main setting, the llm site included.
+OFT_MAIN_SETTINGS = ["diverse:0.1", "vision:diverse:0.1@0.25"]
 # Each profile's values for the flags a user leaves unset. The main job's budget (10 minutes on 2 cores): 3 timed
-# rounds, 50 test episodes to report and 30 validation episodes to choose the best setting, per row.
+# rounds, 50 test episodes to report and 20 validation episodes to choose the best setting, per row (a Wilson 95 %
+# interval on 20 episodes at 90 % success is 70-97 %: the choice is coarse, and it says so; --full runs 100).
 PROFILES: dict[str, dict[str, Any]] = {
     "main": {"methods": [], "ratios": [0.5, 0.25, 0.1], "settings": MAIN_SETTINGS, "policy_episodes": 50,
-             "validation_episodes": 30, "adapters": SHIPPED_ADAPTERS, "num_runs": 3, "warmup": 1},
-    "full": {"methods": DEFAULT_METHODS, "ratios": [0.5, 0.25, 0.1], "settings": FULL_SITE_SETTINGS,
+             "validation_episodes": 20, "adapters": SHIPPED_ADAPTERS, "num_runs": 3, "warmup": 1},
+    "full": {"methods": FULL_METHODS, "ratios": [0.5, 0.25, 0.1], "settings": FULL_SITE_SETTINGS,
              "policy_episodes": 100, "validation_episodes": 100, "adapters": SHIPPED_ADAPTERS, "num_runs": 10,
              "warmup": 2},
 }
@@ -79,7 +84,7 @@ class BenchmarkConfig:
     vla_path: str | None = None                # checkpoint directory to load instead of the random reference model
     methods: list[str] | None = None           # projector-site methods x --ratios (default: the profile's; main: none)
     ratios: list[float] | None = None          # fractions of visual tokens kept (default: 0.5 0.25 0.1)
-    spatial_merge_size: int = 2                # spatial_pool window (keeps 1 / size**2 of the tokens)
+    spatial_merge_size: int = DEFAULT_MERGE_SIZE  # spatial_pool window (keeps 1 / size**2 of the tokens)
     settings: list[str] | None = None          # further specs: any site, ':compact' positions (default: the profile's)
     policy_episodes: int | None = None         # closed-loop episodes of the bundled policy per setting (0: none; main 50, full 100)
     policy_split: str = "test"                 # seed split of those episodes (test: held out, reported)
@@ -147,13 +152,10 @@ class BenchmarkConfig:
         if self.freeze and not self.compile:
             raise ValueError("--freeze true is inductor's freezing of the compiled blocks; add --compile true")
         for name in ("policy_episodes", "validation_episodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"--{name} {value!r} is not allowed; use an integer >= 0")
+            check_int_flag(name, getattr(self, name), 0)
         self._check_adapters()
         for name, low in (("num_runs", 1), ("warmup", 0), ("batch_size", 1), ("num_threads", 0)):
-            if getattr(self, name) < low:
-                raise ValueError(f"--{name} {getattr(self, name)} is not allowed; use an integer >= {low}")
+            check_int_flag(name, getattr(self, name), low)
         resolve_dtype(self.dtype)
         resolve_device(self.device, "--device")
         # an empty value reaches here as None (draccus 0.8) or "None" (draccus 0.3)
@@ -216,12 +218,8 @@ class BenchmarkConfig:
     def _check_against_model(self, config: dict[str, Any]) -> None:
         """Merge sizes (the flag's and those of ``spatial_pool`` specs) against the patch grid, unnorm_key against
         the norm_stats (when the config has them)."""
-        from prismatic_tr.vla.spec import (
-            POOL_METHOD,
-            check_merge_sizes,
-            grid_from_config,
-            parse_setting,
-        )
+        from prismatic_tr.vla.grid import check_merge_sizes, grid_from_config
+        from prismatic_tr.vla.spec import POOL_METHOD, parse_setting
 
         grid = grid_from_config(config)
         if grid is not None:

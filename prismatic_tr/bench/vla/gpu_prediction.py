@@ -4,7 +4,7 @@ measured phase ratios and published GPU figures.
 Per setting of a measured ``cpu-bench-oft`` run (``benchmarks/results/oft/<dtype>/results.json``):
 
 * towers: OpenVLA-7B's fused DINOv2 + SigLIP towers take ~0.6 ms per 224 px image at batch 1 on an H100 (the
-  published roofline figure this project's README quotes for OpenVLA-7B), times the images, times the fraction of
+  published roofline figure this project's issue tracker quotes for OpenVLA-7B), times the images, times the fraction of
   the unreduced towers' time the setting's towers took on the CPU (the CPU's measured ratio stands in for the
   share of tower work left);
 * the one language-model pass over the setting's sequence (the measured ``seq_len``; a cut inside the pass keeps
@@ -24,7 +24,7 @@ from typing import Any
 # Published / vendor figures (not measured here).
 H100_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H100 SXM datasheet, dense bf16 tensor-core peak
 H100_HBM_TBPS = 3.35  # NVIDIA H100 SXM datasheet, HBM3 bandwidth
-TOWERS_MS_PER_IMAGE = 0.6  # OpenVLA-7B's towers per image, batch 1, H100 (README "On a GPU": published roofline)
+TOWERS_MS_PER_IMAGE = 0.6  # OpenVLA-7B's towers per image, batch 1, H100 (published roofline, docs/results/gpu.md)
 # Assumptions (stated with the prediction).
 MATMUL_EFFICIENCY = 0.5  # fraction of the dense peak a batch-1 pass of ~100-600 positions reaches
 BANDWIDTH_EFFICIENCY = 0.8  # fraction of the HBM bandwidth a weight-streaming pass reaches

@@ -24,6 +24,7 @@ from prismatic_tr.bench.measure.devices import cpu_info, dtype_choice, resolve_d
 from prismatic_tr.bench.vla.config import BenchmarkConfig
 from prismatic_tr.bench.vla.policy_rows import policy_success_applies
 from prismatic_tr.cli import EXIT_BAD_INPUT, EXIT_NOISY
+from prismatic_tr.models.family import family_of
 
 COMMAND = "python vla_scripts/benchmark.py"  # how results.json names the command that made it
 
@@ -97,8 +98,6 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
     it was picked, and settings, stored in results.json."""
     import transformers
 
-    from prismatic_tr.bench.measure.noise import NoiseRule
-
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
         "command": " ".join([COMMAND, *sys.argv[1:]]),
@@ -121,7 +120,7 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
                              "vision and decode unchanged, reducer free (OpenVLA-OFT: the one llm pass in the "
                              "prefill's place, the head in the decode's)",
             "fidelity": "against the unreduced model on the same inputs (generate / predict_action)",
-            "noise_flag": NoiseRule().describe() + " (prismatic_tr.bench.measure.noise)",
+            "noise_flag": noise_convention(),
             "load_average_at_start": "os.getloadavg() (1, 5, 15 min) when the command started",
             "predict_action_speedup": "end to end: the whole predict_action, baseline interleaved (the speed a "
                                       "README reports); speedup: the sum of the timed phases ('phase sum')",
@@ -133,18 +132,32 @@ def run_metadata(cfg: BenchmarkConfig, source: str, device: torch.device, dtype:
     }
 
 
-def write_outputs(records: list[dict], meta: dict[str, Any], output_dir: Path) -> list[Path]:
-    """results.csv, results.json and results.png in ``output_dir`` (created if needed)."""
+def noise_convention() -> str:
+    """``meta["conventions"]["noise_flag"]``: the noise rule's wording (:mod:`prismatic_tr.bench.measure.noise`)."""
+    from prismatic_tr.bench.measure.noise import NoiseRule
+
+    return NoiseRule().describe() + " (prismatic_tr.bench.measure.noise)"
+
+
+def write_output(records: list[dict], meta: dict[str, Any], path: Path) -> Path:
+    """One of the job's files, by ``path``'s suffix: ``.csv`` (a row per record), ``.json`` (meta and records) or
+    ``.png`` (the speed figure); ValueError for another suffix."""
     from prismatic_tr.bench.vla.report import plot_results, write_csv, write_json
 
+    if path.suffix == ".csv":
+        return write_csv(records, path)
+    if path.suffix == ".json":
+        return write_json(records, path, meta)
+    if path.suffix == ".png":  # speed and the random model's fidelity: an adapter row repeats its setting's speed
+        title = f"{meta['model']} | {meta['device']} {meta['dtype']} | batch {meta['config']['batch_size']}"
+        return plot_results([r for r in records if not r.get("adapter")], path, title=title)
+    raise ValueError(f"{path}: suffix {path.suffix!r} is not allowed; the job writes .csv, .json and .png")
+
+
+def write_outputs(records: list[dict], meta: dict[str, Any], output_dir: Path) -> list[Path]:
+    """results.csv, results.json and results.png in ``output_dir`` (created if needed)."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    title = f"{meta['model']} | {meta['device']} {meta['dtype']} | batch {meta['config']['batch_size']}"
-    return [
-        write_csv(records, output_dir / "results.csv"),
-        write_json(records, output_dir / "results.json", meta),
-        # speed and the random model's fidelity per setting: an adapter row repeats its setting's speed
-        plot_results([r for r in records if not r.get("adapter")], output_dir / "results.png", title=title),
-    ]
+    return [write_output(records, meta, output_dir / f"results.{ext}") for ext in ("csv", "json", "png")]
 
 
 def headline(records: list[dict]) -> str:
@@ -200,7 +213,7 @@ def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = N
     ``records``; returns the metadata fields saying what was done (or why not)."""
     from prismatic_tr.bench.vla.policy_rows import add_adapter_rows, add_test_success, add_validation_success
 
-    reason = policy_success_applies(cfg.vla_path, cfg.policy_episodes, is_oft_run(records))
+    reason = policy_success_applies(cfg.vla_path, cfg.policy_episodes, family_of(records).chunked)
     if reason is not None:
         return {"policy_fidelity": reason}
     on_episode = (lambda *_: progress.step("episode")) if progress else None
@@ -213,17 +226,12 @@ def add_policy_rows(records: list[dict], cfg: BenchmarkConfig, progress: Any = N
     return meta
 
 
-def is_oft_run(records: list[dict]) -> bool:
-    """Whether the records timed an OpenVLA-OFT model (``model_kind``)."""
-    return bool(records) and records[0].get("model_kind") == "openvla-oft"
-
-
 def report_best(records: list[dict], meta: dict[str, Any]) -> None:
     """Print the best-setting lines (chosen on validation) and store them in ``meta["best_on_validation"]``."""
-    from prismatic_tr.bench.vla.selection import best_lines, best_on_validation
+    from prismatic_tr.bench.vla.selection import best_lines, best_on_validation, chosen_settings
 
     best = best_on_validation(records)
-    meta["best_on_validation"] = {site: (r["setting"] if r is not None else None) for site, r in best.items()}
+    meta["best_on_validation"] = chosen_settings(best)
     if not best:
         print("best setting: none chosen (no validation episodes)")
     for line in best_lines(best):
@@ -244,7 +252,6 @@ def _plot_tradeoff(records: list[dict], cfg: BenchmarkConfig, source: str) -> Pa
 def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str]:
     """Build the model, time every setting; (records, meta, progress, source)."""
     from prismatic_tr.bench.vla.benchmark import benchmark_token_reduction
-    from prismatic_tr.bench.vla.oft_step import is_oft
 
     load_at_start = load_average()
     if cfg.num_threads > 0:
@@ -265,7 +272,7 @@ def _measure(cfg: BenchmarkConfig) -> tuple[list[dict], dict[str, Any], Any, str
     if meta["random_weights"]:
         print("NOTE: the weights are RANDOM. Latencies are real; fidelity numbers (agreement, action error, KL) "
               "only show that the machinery works. Pass --vla_path for a trained checkpoint.")
-    progress = job_progress(cfg, count_settings(cfg), oft=is_oft(vla))
+    progress = job_progress(cfg, count_settings(cfg), oft=family_of(vla).name == "openvla-oft")
     records = benchmark_token_reduction(
         vla, inputs, methods=cfg.methods, ratios=cfg.ratios, spatial_merge_size=cfg.spatial_merge_size,
         num_runs=cfg.num_runs, warmup=cfg.warmup, progress=cfg.progress, unnorm_key=cfg.unnorm_key, seed=cfg.seed,
@@ -290,7 +297,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
     print("latencies: medians in ms; e2e x = the whole predict_action against unreduced (interleaved); phases x = "
           "phase sum; ideal = Amdahl bound; MACs per step; peak MB: CUDA max allocated, on a CPU the process's "
           "resident-set high-water mark over one step")
-    if is_oft_run(records):
+    if family_of(records).chunked:
         print(f"OpenVLA-OFT: phases vision, reducer, projector (+ proprio), llm (the one parallel pass), head; "
               f"policy success {meta['policy_fidelity']}")
     print(headline(records))

@@ -16,7 +16,7 @@ from prismatic_tr.bench.measure.devices import as_device
 from prismatic_tr.bench.vla.step import PolicyStep, StepBase, counted_call
 from prismatic_tr.eval import kl_divergence, top1_agreement
 from prismatic_tr.vla import (
-    TokenReductionSettings,
+    Setting,
     attach_token_reduction,
     get_token_reduction,
     remove_token_reduction,
@@ -29,7 +29,7 @@ class SavedState:
     """What a benchmark may touch: each module's train/eval flag and the attached reductions (every site)."""
 
     training: dict[nn.Module, bool]
-    reductions: list[TokenReductionSettings]
+    reductions: list[Setting]
 
 
 def model_state(vla: nn.Module) -> SavedState:

@@ -24,13 +24,7 @@ from prismatic_tr.bench.vla.phases import OFT_STEP
 from prismatic_tr.bench.vla.step import PhaseCall, StepBase, plain_call
 from prismatic_tr.models import NativeOpenVLAOFT
 from prismatic_tr.models.oft import unnormalize_oft_actions
-from prismatic_tr.vla import unwrap_vla
 from prismatic_tr.vla.scope import reduction_call
-
-
-def is_oft(vla: nn.Module) -> bool:
-    """Whether ``vla`` (possibly wrapped) is this package's native OpenVLA-OFT model."""
-    return isinstance(unwrap_vla(vla), NativeOpenVLAOFT)
 
 
 @dataclass
@@ -106,7 +100,8 @@ class OFTStep(StepBase):
     def answer(self, unnorm_key: str) -> OFTAnswer:
         """The model's own ``predict_action`` as ``vla`` is (reduction attached or not), as (B, chunk, dim)."""
         reseed(self.user_model)
-        actions = np.asarray(self.predict_action(unnorm_key), dtype=np.float64)
+        chunk, _ = self.predict_action(unnorm_key)  # OFT's pair: (actions, slot hidden states)
+        actions = np.asarray(chunk, dtype=np.float64)
         return OFTAnswer(actions.reshape(self.inputs.input_ids.shape[0], *actions.shape[-2:]))
 
     def fidelity(self, base: OFTAnswer, other: OFTAnswer, out: OFTStepOutput, unnorm_key: str) -> dict:

@@ -51,6 +51,11 @@ def best_on_validation(records: Sequence[dict[str, Any]], max_loss: float = MAX_
     return best
 
 
+def chosen_settings(best: dict[str, dict[str, Any] | None]) -> dict[str, str | None]:
+    """``{site: setting or None}``: what results.json keeps of :func:`best_on_validation` (``meta["best_on_validation"]``)."""
+    return {site: (r["setting"] if r is not None else None) for site, r in best.items()}
+
+
 def best_lines(best: dict[str, dict[str, Any] | None], max_loss: float = MAX_LOSS) -> list[str]:
     """One printed line per site: the chosen row with its end-to-end speedup, validation and test success, or
     ``none`` with the rule it failed."""

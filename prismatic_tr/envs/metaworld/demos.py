@@ -11,7 +11,8 @@ float32, ``action`` (7,) float32 (:mod:`prismatic_tr.envs.metaworld.actions`), `
 (the episode's object / goal vector as text). The split "train" holds every task's episodes, task by task.
 
 Only successful episodes are training data: for each task the expert runs seeds ``seed``, ``seed + 1``, ... and
-writes the episodes that succeed within the task's step cap, until ``episodes_per_task`` are written; a failed seed
+writes the episodes that succeed within the task's step cap, until ``episodes_per_task`` are written (or the task's
+own count in ``task_episodes``, e.g. more of the tasks a policy finds hard); a failed seed
 is skipped (not written) and listed under ``failed_seeds`` in ``demos.json``. A task tries at most
 ``episodes_per_task + max_failures`` seeds: with more than ``max_failures`` failures it stops short and
 ``demos.json`` says so (``stopped_short``, ``written`` < ``episodes_per_task``). All those seeds must lie in the
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.demos import (
     SUMMARY_FILENAME,
     DemoReport,
@@ -59,6 +61,8 @@ class MetaWorldDemoConfig:
     # fmt: off
     tasks: list[str] = field(default_factory=lambda: list(MT10))  # MetaWorld v3 tasks (default: MT10's ten)
     episodes_per_task: int = 50             # successful episodes written per task
+    task_episodes: dict[str, int] = field(default_factory=dict)  # per-task counts overriding episodes_per_task
+                                            #   (e.g. '{reach-v3: 100, push-v3: 100}')
     max_failures: int = 10                  # failed seeds skipped per task before it stops short
     seed: int = 0                           # first seed of every task (in the demonstrations split, 0-499,999)
     output_dir: Path = Path("datasets")     # data_root_dir: writes <output_dir>/<dataset_name>/1.0.0
@@ -75,24 +79,37 @@ class MetaWorldDemoConfig:
             raise ValueError(f"--tasks {self.tasks!r} is not allowed; name each task once, from {list(MT10)}")
         for task in self.tasks:
             metaworld_task(task)
+        check_task_episodes(self.task_episodes, self.tasks)
         check_image_size(self.image_size)
         check_seeds(DEMONSTRATIONS, self.seed, self.seeds_per_task,
-                    job=f"--seed {self.seed} with {self.episodes_per_task} + {self.max_failures} seeds per task",
+                    job=f"--seed {self.seed} with up to {self.seeds_per_task} seeds per task (the most episodes "
+                        f"asked of a task + {self.max_failures} failures)",
                     splits=METAWORLD_SPLITS)
+
+    def episodes_of(self, task: str) -> int:
+        """Successful episodes written for ``task`` (``task_episodes``, else ``episodes_per_task``)."""
+        return self.task_episodes.get(task, self.episodes_per_task)
 
     @property
     def seeds_per_task(self) -> int:
-        """The most seeds a task may use (every one written or failed)."""
-        return self.episodes_per_task + self.max_failures
+        """The most seeds any task may use (every one written or failed)."""
+        return max(self.episodes_of(t) for t in self.tasks) + self.max_failures
 
-    @property
-    def seed_range(self) -> range:
-        """The seeds each task may use, in order."""
-        return range(self.seed, self.seed + self.seeds_per_task)
+    def seed_range(self, task: str) -> range:
+        """The seeds ``task`` may use, in order."""
+        return range(self.seed, self.seed + self.episodes_of(task) + self.max_failures)
 
     @property
     def dataset_dir(self) -> Path:
         return self.output_dir / self.dataset_name
+
+
+def check_task_episodes(counts: dict[str, int], tasks: list[str]) -> None:
+    """ValueError unless every key of ``counts`` is one of ``tasks`` and every value an integer >= 1."""
+    for task, n in counts.items():
+        if task not in tasks:
+            raise ValueError(f"--task_episodes names {task!r}, which is not among --tasks {list(tasks)}")
+        check_int_flag(f"task_episodes {task}:", n, 1)
 
 
 def task_episodes(cfg: MetaWorldDemoConfig, task: str, summary: SplitSummary,
@@ -106,7 +123,7 @@ def task_episodes(cfg: MetaWorldDemoConfig, task: str, summary: SplitSummary,
     with MetaWorldEnv(task, cfg.image_size, shadows=cfg.shadows) as env:
         expert = scripted_expert(task)
         for seed in _progress(summary.seeds, task, cfg.progress):
-            if written == cfg.episodes_per_task:
+            if written == cfg.episodes_of(task):
                 return
             result = rollout(env, expert, seed, record=True)
             summary.add(result)
@@ -130,7 +147,7 @@ def _expert_worker(cfg: MetaWorldDemoConfig, send: Any) -> None:
     """Child process: send every task's episodes, then its :class:`TaskOutcome`, then None (or the error)."""
     try:
         for task in cfg.tasks:
-            summary, failed = SplitSummary(task, cfg.seed_range), []
+            summary, failed = SplitSummary(task, cfg.seed_range(task)), []
             for result in task_episodes(cfg, task, summary, failed):
                 send.send(result)
             send.send(TaskOutcome(task, summary, failed))
@@ -189,7 +206,7 @@ def make_metaworld_demos(cfg: MetaWorldDemoConfig) -> DemoReport:
                                  third_person=True, image_size=cfg.image_size, state_dim=STATE_DIM)
     tasks = {o.task: {**o.summary.as_dict(), "written": o.summary.outcomes.get("success", 0),
                       "failed_seeds": o.failed_seeds,
-                      "stopped_short": o.summary.outcomes.get("success", 0) < cfg.episodes_per_task}
+                      "stopped_short": o.summary.outcomes.get("success", 0) < cfg.episodes_of(o.task)}
              for o in outcomes.values()}
     first_unseen = max(cfg.seed + len(o.summary.lengths) for o in outcomes.values())
     summary = {"config": _config_dict(cfg), "dataset_dir": str(version_dir), "first_unseen_seed": first_unseen,

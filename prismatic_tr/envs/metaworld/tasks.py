@@ -40,7 +40,7 @@ gripper's opening: the fingers' distance / 0.1 m, clipped to [0, 1]: 1 open, 0 c
 state, then ``obs[-3:]``, the goal's x, y, z: what MetaWorld's goal-observable environments (the MT benchmarks')
 put in every observation. The goal is part of the state because a camera barely shows it: reach's, push's and
 pick-place's goal markers are spheres of a few pixels in a 224 px ``corner3`` frame, and a policy trained on the
-4-D state alone sent the hand to the same place whatever the goal (``benchmarks/metaworld_goal_reach.py``, README).
+4-D state alone sent the hand to the same place whatever the goal (``benchmarks/metaworld_goal_reach.py``, docs/guides/metaworld.md).
 Where a task's objects are (the puck, the peg, the door, the drawer, the window) only the cameras tell.
 """
 

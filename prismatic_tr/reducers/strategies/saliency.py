@@ -14,7 +14,7 @@ def mean_dissimilarity(patches: torch.Tensor) -> torch.Tensor:
 
     On a tabletop frame most patches show the table, so the mean token is the background's and the tokens far
     from it are the objects and the gripper. This is ``attention_score``'s similarity turned around: that
-    strategy keeps the background (see the README's findings).
+    strategy keeps the background (see docs/results/openvla.md).
     """
     x = patches.float()
     mean = x.mean(dim=1, keepdim=True)

@@ -13,7 +13,7 @@ from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
 
 def count_by_ratio(n_patch: int, cfg: ReducerConfig) -> int:
     """K for score-based strategies: ``num_kept(n_patch, ratio)`` (ceil, at least 1)."""
-    return num_kept(n_patch, cfg.reduction_ratio)
+    return num_kept(n_patch, cfg.keep_ratio)
 
 
 def keep_top_scores(patches: torch.Tensor, scores: torch.Tensor, k: int) -> ReductionOutput:

@@ -20,16 +20,17 @@ import torch
 from torch import nn
 
 from prismatic_tr.llm.rope import PositionRemap
-from prismatic_tr.vla.locate import BackboneInfo, images_in_input, innermost_vla
+from prismatic_tr.models.wrappers import innermost_vla
+from prismatic_tr.vla.locate import BackboneInfo, images_in_input
 from prismatic_tr.vla.registry import claim_backbone_slot, release_backbone_slot
 from prismatic_tr.vla.scope import CallRecord, CallScope, release_scope, use_scope
-from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.settings import Setting
 
 
 class SiteHandle:
     """A live reduction at one site; ``remove()`` (or leaving a ``with`` block) restores the model exactly."""
 
-    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+    def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         self.info, self.settings, self.removed = info, settings, True
         self.scope: CallScope | None = None
 
@@ -62,7 +63,7 @@ class SiteHandle:
         """The record of the top-level call running now (None outside one, or when detached)."""
         return self.scope.record if self.scope is not None else None
 
-    def snapshot(self) -> TokenReductionSettings:
+    def snapshot(self) -> Setting:
         """The settings as they stand now (a site that learns, the vision site's "learned", adds its state)."""
         return self.settings
 
@@ -77,7 +78,7 @@ class SiteHandle:
         self.remove()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.settings.label}, keep={self.settings.reduction_ratio}, " \
+        return f"{type(self).__name__}({self.settings.label}, keep={self.settings.keep_ratio}, " \
                f"{'removed' if self.removed else 'attached'})"
 
 
@@ -102,7 +103,7 @@ class BackboneSlotHandle(SiteHandle):
 
     count_known = True
 
-    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+    def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         super().__init__(info, settings)
         self.positions: PositionRemap | None = None
         # Positions live in the language model; a model without one (a feature extractor) has none to keep.

@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from prismatic_tr.llm import LLMPruningHandle, apply_llm_pruning
-from prismatic_tr.vla.locate import BackboneInfo, is_oft_model
+from prismatic_tr.models.family import family_of
+from prismatic_tr.vla.locate import BackboneInfo
 from prismatic_tr.vla.registry import LLM_HANDLE_ATTR, sync_config
-from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.settings import Setting
 from prismatic_tr.vla.sites.base import SiteHandle
 
 
@@ -37,9 +38,9 @@ def llm_layer(num_layers: int, depth_fraction: float) -> int:
 class LLMSiteHandle(SiteHandle):
     """Visual-token pruning inside the language model (see the module docstring)."""
 
-    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+    def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         super().__init__(info, settings)
-        if is_oft_model(info.model) and not getattr(info.model, "llm_site_in_pass", False):
+        if family_of(info.model).chunked and not getattr(info.model, "llm_site_in_pass", False):
             raise ValueError("the llm site cannot be attached to OpenVLA-OFT's own model code: it reads every action "
                              "position's hidden state at fixed offsets from one parallel forward, and the site "
                              "prunes positions; use the projector or vision site, or load the checkpoint natively "
@@ -83,7 +84,7 @@ class LLMSiteHandle(SiteHandle):
         def kept(indices: torch.Tensor) -> None:
             self._kept(indices)
 
-        self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.reduction_ratio, take,
+        self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.keep_ratio, take,
                                          self.settings.num_queries, on_kept=kept)
         self.info.model.__dict__[LLM_HANDLE_ATTR] = self
         self.removed = False

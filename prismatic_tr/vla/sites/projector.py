@@ -17,9 +17,10 @@ from __future__ import annotations
 import torch
 
 from prismatic_tr.reducers import TokenReducer
+from prismatic_tr.vla.grid import backbone_grid
 from prismatic_tr.vla.layout import PerImageReducer, TokenLayout, token_layout
-from prismatic_tr.vla.locate import BackboneInfo, max_prefix_tokens, original_num_patches, patch_grid
-from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.locate import BackboneInfo, max_prefix_tokens, original_num_patches
+from prismatic_tr.vla.settings import Setting
 from prismatic_tr.vla.sites.base import BackboneSlotHandle
 
 
@@ -32,13 +33,13 @@ class ProjectorSiteHandle(BackboneSlotHandle):
     ``reduced_num_patches()`` is K times the images per sample, the patch tokens the projector receives.
     """
 
-    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+    def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         super().__init__(info, settings)
         # Patch tokens of one image without reduction (None: the backbone does not say; one image assumed).
         self.patches_per_image = original_num_patches(info.backbone)
         self.count_known = self.patches_per_image is not None
         self.max_prefix = max_prefix_tokens(info.backbone)
-        grid = patch_grid(info.backbone) if settings.method == "spatial_pool" else None
+        grid = backbone_grid(info.backbone) if settings.method == "spatial_pool" else None
         if grid is not None and grid[0] * grid[1] != self.patches_per_image:
             grid = None
         self.reducer = TokenReducer(settings.reducer_config(grid_size=grid))

@@ -29,7 +29,7 @@ from prismatic_tr.vit.shared import (
     tower_width,
 )
 from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
-from prismatic_tr.vla.settings import TokenReductionSettings
+from prismatic_tr.vla.settings import Setting
 from prismatic_tr.vla.sites.base import BackboneSlotHandle
 
 MAX_IMAGES = 16  # images one backbone forward may encode per sample (OpenVLA-OFT uses up to 3)
@@ -38,7 +38,7 @@ MAX_IMAGES = 16  # images one backbone forward may encode per sample (OpenVLA-OF
 class VisionSiteHandle(BackboneSlotHandle):
     """Token selection inside the vision towers (see the module docstring)."""
 
-    def __init__(self, info: BackboneInfo, settings: TokenReductionSettings) -> None:
+    def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         super().__init__(info, settings)
         self.towers = backbone_towers(info.backbone, "the vision site")
         check_towers(self.towers)  # fails now, before anything is changed
@@ -53,7 +53,7 @@ class VisionSiteHandle(BackboneSlotHandle):
         """The learned scorer's parameters (none for every other method): trained beside the policy."""
         return list(self.scorer.parameters()) if self.scorer is not None else []
 
-    def snapshot(self) -> TokenReductionSettings:
+    def snapshot(self) -> Setting:
         """The settings as they stand now: with method "learned", ``scorer`` holds the scorer's current values."""
         if self.scorer is None:
             return self.settings
@@ -64,7 +64,7 @@ class VisionSiteHandle(BackboneSlotHandle):
         return int(self.towers[0].patch_embed.num_patches)
 
     def reduced_num_patches_per_image(self) -> int:
-        return num_kept(self.patches_per_image, self.settings.reduction_ratio)
+        return num_kept(self.patches_per_image, self.settings.keep_ratio)
 
     @property
     def cut(self) -> str:
@@ -102,7 +102,7 @@ class VisionSiteHandle(BackboneSlotHandle):
 
         self._start_hook = self.backbone.register_forward_pre_hook(start)
 
-        self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.reduction_ratio, s.method,
+        self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.keep_ratio, s.method,
                                                 on_select=on_select, seed=s.seed, scorer=self.scorer)
 
     def reseed(self) -> None:
