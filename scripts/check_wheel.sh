@@ -42,14 +42,25 @@ cd "$outside"
 "$python" -c "import prismatic_tr, sys; p = prismatic_tr.__file__; sys.exit(0 if '/site-packages/' in p else f'not the installed wheel: {p}')"
 "$python" quick_start.py
 echo "quick start ran from $outside with the installed wheel"
-scripts=$("$python" - <<'EOF'
+# Every console script, as its wrapper calls it (sys.argv = [name, "--help"]), in one process: --help exits 0.
+"$python" - <<'EOF'
+import contextlib
+import io
+import sys
 from importlib.metadata import distribution
 
-print(" ".join(sorted(e.name for e in distribution("prismatic_tr").entry_points if e.group == "console_scripts")))
+names = []
+for entry in sorted(distribution("prismatic_tr").entry_points, key=lambda e: e.name):
+    if entry.group != "console_scripts":
+        continue
+    sys.argv = [entry.name, "--help"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            entry.load()()
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            sys.exit(f"{entry.name} --help exited with {stop.code}")
+    names.append(entry.name)
+print("console scripts answer --help:", " ".join(names))
 EOF
-)
-for name in $scripts; do
-  "$root/$VENV/bin/$name" --help >/dev/null
-done
-echo "console scripts answer --help: $scripts"
 rm -rf "$dist" "$outside"
