@@ -3,6 +3,7 @@ untouched, bad arguments. Tiny reference model (random weights, fp32) on the CPU
 
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -447,3 +448,28 @@ def test_adapter_row_copies_its_settings_speed_and_measures_its_own_success() ->
     assert 0 <= row["success_rate"] <= 1 and 0 <= row["validation_success_rate"] <= 1
     assert "speed copied" in notes["projector-diverse-0.1"]
     assert notes["vision-diverse-0.1-0.25"].startswith("not run: its setting vision:diverse:0.1@0.25 is not among")
+
+
+def test_each_setting_costs_one_untimed_pass_beside_its_timed_ones(vla, monkeypatch):
+    """Per setting: one MACs-and-memory step, ``warmup`` predict_action calls, two passes per timed round, and on
+    OpenVLA one generate; the answer the fidelity fields read is the setting's first predict_action, so the
+    baseline agrees with itself exactly and a reduced row does not."""
+    from prismatic_tr.bench.vla import benchmark as bench_mod
+    from prismatic_tr.bench.vla.step import PolicyStep
+
+    calls: collections.Counter = collections.Counter()
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(PolicyStep, "run", counted("step", PolicyStep.run))
+    monkeypatch.setattr(PolicyStep, "predict_action", counted("predict_action", PolicyStep.predict_action))
+    monkeypatch.setattr(bench_mod, "model_answer", counted("generate", bench_mod.model_answer))
+    records = benchmark_token_reduction(vla, make_inputs(vla), methods=["diverse"], ratios=[0.25], num_runs=2,
+                                        warmup=1, progress=False)
+    assert dict(calls) == {"step": 2 * (1 + 2), "predict_action": 2 * (1 + 2), "generate": 2}
+    assert records[0]["action_token_agreement"] == 1.0 and records[0]["action_mae"] == 0.0
+    assert records[0]["step_matches_generate"] == 1.0 and records[1]["step_matches_generate"] == 1.0

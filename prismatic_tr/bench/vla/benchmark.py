@@ -9,9 +9,13 @@ Method of measurement (see :mod:`prismatic_tr.bench.vla.step` for what one OpenV
 model, :class:`~prismatic_tr.models.NativeOpenVLAOFT`, is timed as :mod:`prismatic_tr.bench.vla.oft_step` splits
 its step: vision, reducer, projector, llm (the one parallel pass), head; ``model_kind`` says which):
 
-* Timing: every setting runs ``warmup`` untimed steps, then ``num_runs`` timed rounds in which all
-  settings run once each, the baseline among them, in alternating order (A B C, C B A, ...) so that drift
-  of the machine cancels. Phases are timed with :class:`prismatic_tr.bench.measure.timing.Timer` (CUDA
+* Passes: each setting first runs one untimed step that counts its MACs and measures its memory (which also
+  warms its code paths), then ``warmup`` untimed ``predict_action`` calls, then ``num_runs`` timed rounds in
+  which all settings run once each, the baseline among them, in alternating order (A B C, C B A, ...) so that
+  drift of the machine cancels; a round times the step phase by phase and then the whole ``predict_action``.
+  The setting's first ``predict_action`` is also its answer for the fidelity fields (OpenVLA adds one untimed
+  ``generate`` for the logits): ``1 + warmup + 2 * num_runs`` passes per setting (+ 1 on OpenVLA).
+* Timing: phases and ``predict_action`` as above. Phases are timed with :class:`prismatic_tr.bench.measure.timing.Timer` (CUDA
   events on a GPU, ``perf_counter`` on a CPU); ``*_ms`` is the median over runs, ``*_ms_p10`` / ``*_ms_p90`` the
   spread; ``total_ms`` is the median of the per-run totals.
 * The vision phase runs ``vision_backbone.forward`` (unreduced features; reduced inside the towers for the vision
@@ -83,15 +87,20 @@ from prismatic_tr.vla.spec import (
 def _timed_rounds(
     vla: nn.Module, step: StepBase, settings: list[Setting], num_runs: int,
     warmup: int, device: torch.device, progress: bool, seed: int, unnorm_key: str,
-    on_progress: Callable[[str], None] | None = None,
-) -> tuple[list[dict[str, list[float]]], list[list[float]]]:
+    answer_of: Callable[[Any], Any], on_progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, list[float]]], list[list[float]], list[Any]]:
     """Warm-up, then ``num_runs`` interleaved rounds (A B C, C B A, ...). In every round each setting is attached
     (outside the timed region), its step is timed phase by phase, then the model's own ``predict_action`` on the
-    same inputs is timed, and the setting is detached. Returns ``[{phase: [ms]}]`` and ``[[predict_action ms]]``."""
+    same inputs is timed, and the setting is detached. A warm-up round runs ``predict_action`` alone (the phases
+    ran untimed in the setting's MACs pass before). Each setting's first ``predict_action`` (warm-up, else the
+    first timed round) is kept: ``answer_of(its result)``, called untimed with the setting still attached, is that
+    setting's answer for the fidelity fields, so the answer costs no pass of its own. Returns ``[{phase: [ms]}]``,
+    ``[[predict_action ms]]`` and the answers."""
     from tqdm.auto import tqdm
 
     timers = [Timer(device) for _ in settings]
     e2e = [Timer(device) for _ in settings]
+    answers: list[Any] = [None] * len(settings)
     order = list(range(len(settings)))
     bar = tqdm(total=(warmup + num_runs) * len(settings), desc="policy benchmark",
                disable=not progress or on_progress is not None, leave=False)
@@ -101,21 +110,24 @@ def _timed_rounds(
         for i in order if r % 2 == 0 else order[::-1]:
             with reductions_attached(vla, settings[i].reductions(seed)):
                 if r < 0:
-                    step.run()
-                    predict()
+                    reseed(vla)
+                    predicted = predict()
                 else:
                     timers[i].start()
                     step.run(timed_call(timers[i]))
                     timers[i].stop()
+                    reseed(vla)  # a random reducer draws as in the answer's generate call
                     e2e[i].start()
                     with e2e[i].phase("predict_action"):
-                        predict()
+                        predicted = predict()
                     e2e[i].stop()
+                if answers[i] is None:
+                    answers[i] = answer_of(predicted)
             bar.update()
             if on_progress is not None:
                 on_progress("round")
     bar.close()
-    return [t.results() for t in timers], [t.results()["predict_action"] for t in e2e]
+    return [t.results() for t in timers], [t.results()["predict_action"] for t in e2e], answers
 
 
 def _timing_fields(samples: dict[str, list[float]], phases: StepPhases) -> dict[str, float]:
@@ -175,9 +187,12 @@ def _make_step(vla: nn.Module, inputs: StepInputs, num_action_tokens: int) -> St
     return STEPS[family_of(vla).name](vla, inputs, num_action_tokens)
 
 
-def _answer(vla: nn.Module, step: StepBase, unnorm_key: str) -> Any:
-    """The model's own answer on the step's inputs (OFT: its actions; OpenVLA: tokens, logits and actions)."""
-    return step.answer(unnorm_key) if isinstance(step, OFTStep) else model_answer(vla, step, unnorm_key)
+def _answer_of(vla: nn.Module, step: StepBase) -> Callable[[Any], Any]:
+    """What one ``predict_action`` result becomes as the model's answer (OFT: its actions; OpenVLA: its actions
+    with ``generate``'s tokens and logits, one untimed call)."""
+    if isinstance(step, OFTStep):
+        return step.answer
+    return lambda predicted: model_answer(vla, step, predicted)
 
 
 def _fidelity(step: StepBase, base: Any, answer: Any, out: Any, unnorm_key: str) -> dict:
@@ -186,10 +201,11 @@ def _fidelity(step: StepBase, base: Any, answer: Any, out: Any, unnorm_key: str)
     return fidelity(base, answer, out.tokens)
 
 
-def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnorm_key: str) -> dict:
-    """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs, memory, fidelity."""
+def _setting_record(vla: nn.Module, step: StepBase, s: Setting) -> tuple[dict, Any]:
+    """Untimed part of one setting's record (reduction attached): shapes, tokens, MACs and memory, from one
+    step; returns the record and the step's output (its tokens or actions, for the fidelity fields)."""
     reseed(vla)
-    out, macs = phase_macs(step)
+    (out, macs), memory = step_peak_memory_mb(step, lambda: phase_macs(step))
     n_in, k = step.num_patches, out.shapes["reduced_features_shape"][1]
     first = s.parts[0] if s.parts else s
     pool = first.method == POOL_METHOD
@@ -201,12 +217,9 @@ def _setting_record(vla: nn.Module, step: StepBase, s: Setting, base: Any, unnor
         "llm_visual_tokens": out.llm_visual_tokens, "tokens_kept": out.llm_visual_tokens / n_in,
         "seq_len": out.seq_len,
         "batch_size": out.shapes["pixel_values_shape"][0], "vision_reduced": any(p.site == "vision" for p in s.parts),
-        "model_kind": "openvla-oft" if isinstance(step, OFTStep) else "openvla", **out.shapes, **macs,
+        "model_kind": "openvla-oft" if isinstance(step, OFTStep) else "openvla", **out.shapes, **macs, **memory,
     }
-    rec.update(step_peak_memory_mb(step))
-    answer = base if s.is_baseline else _answer(vla, step, unnorm_key)
-    rec.update(_fidelity(step, base, answer, out, unnorm_key))
-    return rec
+    return rec, out
 
 
 def benchmark_token_reduction(
@@ -272,15 +285,19 @@ def _run(vla: nn.Module, settings: list[Setting], inputs: StepInputs, dev: torch
          warmup: int, progress: bool, unnorm_key: str, num_action_tokens: int, seed: int,
          on_progress: Callable[[str], None] | None = None) -> list[dict]:
     step = _make_step(vla, inputs, num_action_tokens)
-    base = _answer(vla, step, unnorm_key)
     records: list[dict] = []
+    outs: list[Any] = []
     for s in settings:
         with reductions_attached(vla, s.reductions(seed)):
-            records.append(_setting_record(vla, step, s, base, unnorm_key))
+            rec, out = _setting_record(vla, step, s)
+        records.append(rec)
+        outs.append(out)
         if on_progress is not None:
             on_progress("record")
-    samples, e2e = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key,
-                                 on_progress)
+    samples, e2e, answers = _timed_rounds(vla, step, settings, num_runs, warmup, dev, progress, seed, unnorm_key,
+                                          _answer_of(vla, step), on_progress)
+    for rec, out, answer in zip(records, outs, answers, strict=True):
+        rec.update(_fidelity(step, answers[0], answer, out, unnorm_key))
     for rec, smp, pa in zip(records, samples, e2e, strict=True):
         rec.update(_timing_fields(smp, step.phases))
         stats = summarize(pa)

@@ -291,7 +291,9 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
 
     start = time.perf_counter()
     records, meta, progress, source = _measure(cfg)  # the speed model is freed before the policy's episodes
+    meta["timing_s"] = round(time.perf_counter() - start, 1)  # model built and every setting measured
     meta.update(add_policy_rows(records, cfg, progress))
+    meta["episodes_s"] = round(time.perf_counter() - start - meta["timing_s"], 1)
     progress.close()
     print(format_table(records))
     print("latencies: medians in ms; e2e x = the whole predict_action against unreduced (interleaved); phases x = "
@@ -313,7 +315,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
         paths.append(_plot_tradeoff(records, cfg, source))
     for path in paths:
         print(f"wrote {path}")
-    print(f"finished in {meta['wall_s']:.0f} s")
+    print(f"finished in {meta['wall_s']:.0f} s (model and timing {meta['timing_s']:.0f} s, policy episodes "
+          f"{meta['episodes_s']:.0f} s)")
     if cfg.strict and warnings:
         print(f"benchmark.py: --strict: {meta['noisy_rows']} noisy rows; exiting with status {EXIT_NOISY}",
               file=sys.stderr)

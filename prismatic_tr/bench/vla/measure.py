@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -22,6 +22,8 @@ from prismatic_tr.vla import (
     remove_token_reduction,
     unwrap_vla,
 )
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,22 +86,23 @@ def phase_macs(step: StepBase) -> tuple[Any, dict[str, float]]:
     return out, fields
 
 
-def step_peak_memory_mb(step: StepBase) -> dict[str, float | str | None]:
-    """CUDA: ``peak_memory_mb`` = max allocated during one step (weights included), ``step_memory_mb`` =
-    that peak minus what was allocated before the step. CPU: the same from the process's resident set
+def step_peak_memory_mb(step: StepBase, run: Callable[[], T]) -> tuple[T, dict[str, float | str | None]]:
+    """``run()`` (one step of ``step``: the MACs-counting pass, so that memory costs no pass of its own) and
+    its memory: CUDA: ``peak_memory_mb`` = max allocated during it (weights included), ``step_memory_mb`` =
+    that peak minus what was allocated before. CPU: the same from the process's resident set
     (:func:`rss_peak_mb`), or None where the kernel does not let its high-water mark be reset.
     ``peak_memory_source`` says which."""
     dev = step.inputs.pixel_values.device
     if dev.type != "cuda":
-        return rss_peak_mb(step.run)
+        return rss_peak_mb(run)
     torch.cuda.synchronize(dev)
     before = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
-    step.run()
+    out = run()
     torch.cuda.synchronize(dev)
     peak = torch.cuda.max_memory_allocated(dev)
-    return {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20,
-            "peak_memory_source": "cuda_max_allocated"}
+    return out, {"peak_memory_mb": peak / 2**20, "step_memory_mb": (peak - before) / 2**20,
+                 "peak_memory_source": "cuda_max_allocated"}
 
 
 _STATUS = Path("/proc/self/status")
@@ -114,21 +117,21 @@ def _status_kb(field: str) -> int:
     raise OSError(f"{_STATUS} has no {field}")
 
 
-def rss_peak_mb(fn: Callable[[], Any]) -> dict[str, float | str | None]:
-    """The process's resident-set high-water mark over one ``fn()`` on a CPU: ``peak_memory_mb`` = VmHWM after
-    it (weights, libraries and interpreter included), ``step_memory_mb`` = that minus VmRSS before (what the call
-    added to the resident set; memory the allocator kept from earlier calls is reused, not counted). The mark is
-    reset first by writing 5 to /proc/self/clear_refs (Linux >= 4.0); elsewhere both are None. tracemalloc would
-    miss torch's allocations."""
+def rss_peak_mb(fn: Callable[[], T]) -> tuple[T, dict[str, float | str | None]]:
+    """``fn()`` and the process's resident-set high-water mark over it on a CPU: ``peak_memory_mb`` = VmHWM
+    after it (weights, libraries and interpreter included), ``step_memory_mb`` = that minus VmRSS before (what
+    the call added to the resident set; memory the allocator kept from earlier calls is reused, not counted). The
+    mark is reset first by writing 5 to /proc/self/clear_refs (Linux >= 4.0); elsewhere both are None.
+    tracemalloc would miss torch's allocations."""
     try:
         _CLEAR_REFS.write_text("5")
         before = _status_kb("VmRSS")
     except OSError:
-        return {"peak_memory_mb": None, "step_memory_mb": None, "peak_memory_source": None}
-    fn()
+        return fn(), {"peak_memory_mb": None, "step_memory_mb": None, "peak_memory_source": None}
+    out = fn()
     peak = _status_kb("VmHWM")
-    return {"peak_memory_mb": peak / 1024, "step_memory_mb": (peak - before) / 1024,
-            "peak_memory_source": "process_rss_high_water_mark"}
+    return out, {"peak_memory_mb": peak / 1024, "step_memory_mb": (peak - before) / 1024,
+                 "peak_memory_source": "process_rss_high_water_mark"}
 
 
 @dataclass
@@ -141,16 +144,15 @@ class ModelAnswer:
     actions: np.ndarray
 
 
-def model_answer(vla: nn.Module, step: PolicyStep, unnorm_key: str) -> ModelAnswer:
-    """Greedy action tokens with their logits on the step's prompt (the one ``predict_action`` builds) and the
-    user's model's own ``predict_action``, as ``vla`` is (reduction attached or not). A ``random`` reducer is
-    reseeded before each call so both see the same draw."""
+def model_answer(vla: nn.Module, step: PolicyStep, actions: Any) -> ModelAnswer:
+    """Greedy action tokens with their logits on the step's prompt (the one ``predict_action`` builds), as
+    ``vla`` is (reduction attached or not), beside ``actions``: what the user's model's own ``predict_action``
+    returned on the same inputs (the benchmark keeps one of its calls). A ``random`` reducer is reseeded first,
+    as before that call, so both see the same draw."""
     inputs, b = step.inputs, step.inputs.input_ids.shape[0]
     reseed(vla)
     gen = step.model.generate_from_prompt(step.prompt, inputs.pixel_values, max_new_tokens=step.num_action_tokens,
                                           return_logits=True)
-    reseed(vla)
-    actions = step.predict_action(unnorm_key)
     return ModelAnswer(gen.logits.float().cpu(), gen.sequences.cpu(), np.asarray(actions, dtype=np.float64).reshape(b, -1))
 
 

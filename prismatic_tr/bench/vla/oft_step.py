@@ -14,12 +14,12 @@ phases, so end to end (the model's ``predict_action``) minus the phase sum is th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from prismatic_tr.bench.vla.measure import reseed
 from prismatic_tr.bench.vla.phases import OFT_STEP
 from prismatic_tr.bench.vla.step import PhaseCall, StepBase, plain_call
 from prismatic_tr.models import NativeOpenVLAOFT
@@ -97,10 +97,10 @@ class OFTStep(StepBase):
         """Tokens of the one pass: BOS, observation (visual + proprio), the rest of the prompt, slots, stop."""
         return self.prompt.ids.shape[1] + observation_tokens + self.model.oft.num_action_slots + 1
 
-    def answer(self, unnorm_key: str) -> OFTAnswer:
-        """The model's own ``predict_action`` as ``vla`` is (reduction attached or not), as (B, chunk, dim)."""
-        reseed(self.user_model)
-        chunk, _ = self.predict_action(unnorm_key)  # OFT's pair: (actions, slot hidden states)
+    def answer(self, predicted: Any) -> OFTAnswer:
+        """The model's answer from what its own ``predict_action`` returned on the step's inputs (OFT's pair:
+        actions, slot hidden states; the benchmark keeps one of its calls), as (B, chunk, dim)."""
+        chunk = predicted[0] if isinstance(predicted, tuple) else predicted
         actions = np.asarray(chunk, dtype=np.float64)
         return OFTAnswer(actions.reshape(self.inputs.input_ids.shape[0], *actions.shape[-2:]))
 
