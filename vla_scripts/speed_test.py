@@ -20,7 +20,14 @@ from pathlib import Path
 import torch  # noqa: F401  (torch before anything that may pull in tensorflow)
 
 from prismatic_tr.bench.measure.devices import DTYPES
-from prismatic_tr.bench.vit.speed import SpeedConfig, append_csv, format_csv, profile_line, run_speed_test
+from prismatic_tr.bench.vit.speed import (
+    SpeedConfig,
+    append_csv,
+    check_csv,
+    format_csv,
+    profile_line,
+    run_speed_test,
+)
 from prismatic_tr.cli import add_flag, parse_args, set_threads
 
 
@@ -69,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         cfg.check_model()  # meta parameters: a bad name or reduction setting fails before a real build
+        if args.csv is not None:
+            check_csv(args.csv)  # a file of other columns fails before any timing
         row = run_speed_test(cfg)
     except ValueError as err:
         parser.error(str(err))  # exits with status 2

@@ -49,7 +49,7 @@ _OBJECTS = [
     "the microwave door",
 ]
 # The bundled tabletop task's instructions ("pick up the red block", "move to the blue circle"; the words of
-# prismatic_tr.envs.spec, checked by tests/test_models.py), added to the corpus with ``task_words=True`` (the
+# prismatic_tr.envs.spec, checked by tests/models/test_models.py), added to the corpus with ``task_words=True`` (the
 # policy recipe): each colour and shape word is then a whole token, as in Llama-2's tokenizer, so the policy
 # reads the target from one position instead of spelling it out. Off by default: the other presets' token ids
 # (and the recorded OpenVLA parity values) stay as they were.

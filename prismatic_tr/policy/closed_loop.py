@@ -3,7 +3,7 @@
 Episodes run in lockstep batches: every prediction, the images and instructions of the episodes still running go
 through the processor (OpenVLA's prompt, right padding) and one batched ``predict_action``; each action
 moves its own episode. A batch of episodes takes the same actions as running them one by one, up to float
-rounding in padded batches (checked in ``tests/test_policy.py``), only faster.
+rounding in padded batches (checked in ``tests/policy/test_policy.py``), only faster.
 
 An OpenVLA-OFT model (``NativeOpenVLAOFT``) sees what OFT's LIBERO evaluation gives it: the third-person camera
 first, then the eye-in-hand one (the episodes are made with ``third_person=True``), and the proprio state

@@ -39,7 +39,7 @@ def training_free_files(results: Path, oft: bool = False) -> dict[str, list[Path
 def training_free(results: Path, setting: str, split: str, oft: bool = False) -> tuple[float, float, float, int] | None:
     """The bundled policy's (``oft``: the bundled OFT-style policy's) success under ``setting`` before any
     fine-tuning (None when not recorded); an untrained ``learned`` scorer picks exactly as ``diverse``
-    (tests/test_learned_selection.py), so it reads those."""
+    (tests/reducers/test_learned_selection.py), so it reads those."""
     setting = setting.replace(":learned:", ":diverse:")
     for path in training_free_files(results, oft)[split]:
         if path.is_file() and setting in (found := rates(path)):

@@ -21,7 +21,7 @@ MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31, so that a 32-bit value times one fits in int64 without overflow:
 # 0x7FEB352D is the first multiplier of Chris Wellons' "lowbias32" hash (hash-prospector, public domain),
 # 0x5BD1E995 the multiplier of Austin Appleby's MurmurHash2 (public domain). Uniformity of the resulting
-# subsets is tested in tests/test_reducers.py.
+# subsets is tested in tests/reducers/test_reducers.py.
 _MUL1, _MUL2 = 0x7FEB352D, 0x5BD1E995
 _WEYL_STEP = 0x9E3779B9  # odd: the state visits all 2**32 values before repeating
 

@@ -4,7 +4,7 @@ Convention (the one of the earlier DeiT study, fvcore-style): count only matmul-
 (``addmm``/``mm``), batched matmuls (``bmm``, including the two matmuls inside fused
 ``scaled_dot_product_attention``) and convolutions - with one MAC per multiply-add. Norms, softmax,
 activations and element-wise ops are not counted. This gives DeiT-B/16 17.564 GMACs at 224 px and 78.495 at
-448 px, and TopK keep 0.1 at blocks 3/6/9 5.552 and 24.727 (``tests/test_bench_core.py::
+448 px, and TopK keep 0.1 at blocks 3/6/9 5.552 and 24.727 (``tests/bench/test_bench_core.py::
 test_reference_gmacs_within_half_percent`` checks them against the earlier DeiT study's 17.57 / 78.52 / 5.55 /
 24.73, someone else's figures, not in this repository).
 

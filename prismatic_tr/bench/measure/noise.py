@@ -27,7 +27,7 @@ the rule flagged), keeps ``vision_vs_baseline``, ``predict_action_spread``, ``to
 ``noise_reason`` for every row and the rule's wording in ``meta["conventions"]["noise_flag"]``.
 
 The rule is a pure function of the medians and percentiles, so it is tested with injected numbers
-(``tests/test_policy_benchmark.py``).
+(``tests/bench/test_policy_benchmark.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ earlier DeiT study's speed script printed.
 Units (CSV_HEADER): tp images/s; latency_ms ms per image (median call time / batch); time_total s of all
 timed calls; flops GMACs per image (see ``bench.measure.flops``); max_memory MB (CUDA: peak allocated by
 torch; CPU: the process's peak resident set size); no_params / no_params_trainable in millions; power mean W
-over the timed loop (pynvml, CUDA only; empty elsewhere).
+over the timed loop (pynvml, CUDA only; empty elsewhere); device and dtype as run; cpu the CPU's model and the
+features that decide its speed (``bench.measure.devices.CPU_FEATURES``, space-separated), so every row says where
+it was measured.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.bench.measure.devices import DTYPES, as_device
+from prismatic_tr.bench.measure.devices import DTYPES, as_device, cpu_feature_words, cpu_info
 from prismatic_tr.bench.measure.flops import count_macs, empty_weights
 from prismatic_tr.bench.measure.power import PowerMonitor
 from prismatic_tr.bench.measure.timing import TimingStats, summarize, synchronize, time_fn
 
 CSV_HEADER: tuple[str, ...] = (
     "run_name", "tp", "latency_ms", "time_total", "flops", "max_memory", "no_params", "no_params_trainable",
-    "power",
+    "power", "device", "dtype", "cpu",
 )
 
 
@@ -252,7 +254,14 @@ def run_speed_test(cfg: SpeedConfig, model: nn.Module | None = None) -> dict[str
     return {
         "run_name": cfg.name(), **stats, "flops": flops, "max_memory": peak_memory_mb(dev),
         "no_params": n_params, "no_params_trainable": n_trainable, "power": watts,
+        "device": str(dev), "dtype": cfg.dtype, "cpu": cpu_words(),
     }
+
+
+def cpu_words() -> str:
+    """``"AMD EPYC (avx2)"``: the CPU's model and its speed-deciding features, without commas (a CSV cell)."""
+    model = str(cpu_info()["model"]).replace(",", " ")
+    return f"{model} ({cpu_feature_words().replace(', ', ' ')})"
 
 
 def format_csv(row: dict[str, Any], header: bool = False) -> str:
@@ -265,8 +274,21 @@ def format_csv(row: dict[str, Any], header: bool = False) -> str:
     return ",".join(CSV_HEADER) + "\n" + line if header else line
 
 
+def check_csv(path: Path) -> None:
+    """``ValueError`` when ``path`` exists and holds other columns than ``CSV_HEADER`` (an older harness's)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open() as f:
+        held = f.readline().rstrip("\n")
+    if held != ",".join(CSV_HEADER):
+        raise ValueError(f"--csv {str(path)!r} holds the columns {held!r}, not {','.join(CSV_HEADER)!r}; give a "
+                         "new file")
+
+
 def append_csv(path: Path, line: str) -> None:
-    """Append one row to ``path``, writing the header first when the file is new or empty."""
+    """Append one row to ``path``, writing the header first when the file is new or empty (:func:`check_csv`
+    first)."""
+    check_csv(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
     with path.open("a") as f:

@@ -293,7 +293,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> list[dict]:
     records, meta, progress, source = _measure(cfg)  # the speed model is freed before the policy's episodes
     meta["timing_s"] = round(time.perf_counter() - start, 1)  # model built and every setting measured
     meta.update(add_policy_rows(records, cfg, progress))
-    meta["episodes_s"] = round(time.perf_counter() - start - meta["timing_s"], 1)
+    meta["episodes_s"] = round(max(0.0, time.perf_counter() - start - meta["timing_s"]), 1)
     progress.close()
     print(format_table(records))
     print("latencies: medians in ms; e2e x = the whole predict_action against unreduced (interleaved); phases x = "

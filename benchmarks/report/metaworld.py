@@ -1,0 +1,132 @@
+"""The MetaWorld MT10 tables: the policy's recipe runs, its reduction table and fine-tunes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.report.cells import ADAPTER_MARK, cpu_words, pct, table_lines
+from benchmarks.report.sources import METAWORLD_RUNS, Sources
+
+
+def metaworld_policy_table(src: Sources) -> str:
+    """docs/results/metaworld.md: each recipe run's chosen policy, a row each as LIBERO tables are laid out: test success
+    per task with its Wilson interval, then the mean over the tasks (successes pooled, with their interval) and the
+    mean episode length."""
+    from prismatic_tr.eval.intervals import wilson_interval
+
+    tests = {label: rec["evaluation"]["test"] for label, rec in src.metaworld_policies.items()}
+    tasks = list(next(iter(tests.values()))["tasks"])
+    rows = []
+    for label, t in tests.items():
+        per_task = [t["tasks"][task] for task in tasks]
+        wins, episodes = sum(r["successes"] for r in per_task), sum(r["episodes"] for r in per_task)
+        low, high = wilson_interval(wins, episodes)
+        rows.append([label, *(pct(r["success_rate"], r["success_ci_low"], r["success_ci_high"]) for r in per_task),
+                     f"{wins}/{episodes}, **{100 * t['mean_success_rate']:.1f} %** ({100 * low:.0f}-{100 * high:.0f} %)",
+                     f"{sum(r['mean_steps'] for r in per_task) / len(per_task):.0f}"])
+    header = ["Policy (test split, 50 episodes a task)", *(f"`{t.removesuffix('-v3')}`" for t in tasks),
+              f"mean over the {len(tasks)} tasks", "mean steps"]
+    return "\n".join(table_lines(header, rows))
+
+
+def metaworld_table(src: Sources) -> str:
+    """docs/results/metaworld.md: the reduction table (one row per setting, success per task, mean, end to end), then a
+    row per fine-tune (the recipe's test under its setting; the speed is the training-free row's, marked)."""
+    from prismatic_tr.eval.intervals import wilson_interval
+
+    if not src.metaworld_tables:
+        return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/table` "
+                "(the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
+                "writes it.")
+    runs = [(run["meta"].get("trained_with") or "none", r) for i, run in enumerate(src.metaworld_tables)
+            for r in run["records"] if i == 0 or r["setting"] != "none"]
+    records = [r for _, r in runs]
+    tasks = list(records[0]["tasks"])
+    header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
+    def tokens(r: dict[str, Any]) -> str:
+        kept = r.get("llm_visual_tokens", r["num_patches"])
+        return str(r["num_patches"]) + (f" -> {kept} in the LLM" if kept != r["num_patches"] else "")
+
+    def model(trained_with: str) -> str:
+        return "the policy" if trained_with == "none" else f"fine-tuned with `{trained_with}`"
+
+    def speed(r: dict[str, Any]) -> str:
+        return f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"
+
+    def mean(wins: int, episodes: int) -> str:
+        low, high = wilson_interval(wins, episodes)
+        return f"{wins}/{episodes}, **{100 * wins / episodes:.1f} %** ({100 * low:.0f}-{100 * high:.0f} %)"
+
+    rows = [[f"`{r['setting']}`", model(m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
+             mean(r["successes"], r["episodes"]), speed(r)] for m, r in runs]
+    training_free = {r["setting"]: r for m, r in runs if m == "none"}
+    for f in src.metaworld_finetunes:
+        test, base = f["evaluation"]["test"], training_free.get(f["setting"])
+        chosen = next(c["step"] for c in f["selection"]["candidates"] if c["checkpoint"] == f["selection"]["chosen"])
+        rows.append([f"`{f['setting']}`", f"fine-tuned with it: {f['config']['max_steps']} steps from the policy, "
+                     f"step {chosen} chosen on validation", tokens(base) if base else "-",
+                     *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
+                     mean(sum(test["tasks"][t]["successes"] for t in tasks),
+                          sum(test["tasks"][t]["episodes"] for t in tasks)),
+                     speed(base) + ADAPTER_MARK if base else "-"])
+    meta = src.metaworld_tables[0]["meta"]
+    notes = [f"Mean: successes pooled over the tasks (Wilson 95 %). End to end: the whole `predict_action` at batch 1 "
+             f"in {meta['dtype']}, the median of {meta['config']['timing_runs']} interleaved runs against the unreduced "
+             f"one, measured by `{meta['command']}` on {cpu_words(meta)} with {meta['machine']['cores']} cores "
+             f"(torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC."]
+    if len(rows) > len(runs):
+        notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
+    return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
+
+
+def _mw_validation(record: dict[str, Any] | None, partial: Sequence[dict[str, Any]]) -> str:
+    """``step 1000: 15 %, step 2000: 38 %``: validation success at each checkpoint, from the partial runs first,
+    then the recipe's choice (the chosen step in bold)."""
+    points: dict[int, tuple[int, int]] = {}
+    for run in partial:
+        step = int(run["meta"]["model"].rstrip("/").rsplit("_", 1)[-1])
+        rec = next(r for r in run["records"] if r["setting"] == "none")
+        points[step] = (rec["successes"], rec["episodes"])
+    chosen = None
+    if record is not None:
+        sel = record["selection"]
+        n = sel["episodes_per_task"] * len(record["evaluation"]["test"]["tasks"])
+        for c in sel["candidates"]:
+            points[c["step"]] = (c["successes"], n)
+        chosen = next(c["step"] for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
+    return ", ".join((f"**{step}: {100 * w / n:.0f} %**" if step == chosen else f"{step}: {100 * w / n:.0f} %")
+                     for step, (w, n) in sorted(points.items()))
+
+
+def _mw_test(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    tasks = record["evaluation"]["test"]["tasks"].values()
+    wins, episodes = sum(t["successes"] for t in tasks), sum(t["episodes"] for t in tasks)
+    return f"{wins}/{episodes}, {100 * wins / episodes:.1f} %"
+
+
+def _mw_minutes(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    m = record["minutes"]
+    return f"{m['training']:.0f} / {m['selection']:.0f} / {m['evaluation_test']:.0f}"
+
+
+def metaworld_runs_table(src: Sources) -> str:
+    """docs/guides/metaworld.md: every run of the MetaWorld recipe (``METAWORLD_RUNS``, then the fine-tunes):
+    validation success at its checkpoints (10 episodes a task), its test (50 a task) and its minutes."""
+    rows = [[label, _mw_validation(rec, parts), _mw_test(rec), _mw_minutes(rec),
+             (rec or parts[0]["meta"])["machine"]["cpu"]["model"] if (rec or parts[0]["meta"]).get("machine") else "-"]
+            for (label, _, _), (rec, parts) in zip(METAWORLD_RUNS, src.metaworld_runs, strict=True)]
+    rows += [[f"fine-tuned with `{f['setting']}` from the shipped policy", _mw_validation(f, ()), _mw_test(f),
+              _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")] for f in src.metaworld_finetunes]
+    header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",
+              "minutes: training / choosing / testing", "CPU"]
+    notes = ["", "Validation: 10 episodes a task (100 in all), the split that chooses; a run's first checkpoints "
+             "without a recipe record were evaluated by `eval_metaworld.py --split validation --episodes 10` "
+             "(`benchmarks/results/metaworld/policy7*_partial/validation_step*.json`). Test: 50 episodes a task on "
+             "held-out goals. Records: `benchmarks/results/metaworld/`, the shipped policy's "
+             "`prismatic_tr/assets/metaworld_policy/evaluation.json`."]
+    return "\n".join(table_lines(header, rows) + notes)

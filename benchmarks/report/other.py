@@ -1,0 +1,80 @@
+"""The tables of the GPU runs, the server's load tests, the exact savings and the README's two commands' times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.report.cells import cpu_words, end_to_end, recomputed, table_lines
+from benchmarks.report.sources import GPU_RUN, Sources
+
+
+def _gpu_cell(rec: dict[str, Any]) -> str:
+    """``45.8 ms, 0.98x*``: the whole predict_action's median and its speed-up (``*``: the row is flagged noisy)."""
+    return f"{rec['predict_action_ms']:.1f} ms, {end_to_end(rec)}"
+
+
+def _gpu_phases(rec: dict[str, Any]) -> str:
+    """The unreduced step's phases: towers and the LLM (OpenVLA: prefill + 7 decode steps; OFT: the one pass)."""
+    if "llm_ms" in rec:
+        return f"towers {rec['vision_ms']:.1f} ms, the one LLM pass {rec['llm_ms']:.1f} ms"
+    return f"towers {rec['vision_ms']:.1f} ms, prefill {rec['prefill_ms']:.1f} ms, 7 decode steps {rec['decode_ms']:.1f} ms"
+
+
+def gpu_table(src: Sources) -> str:
+    """docs/results/gpu.md: OpenVLA-7B and OpenVLA-OFT-7B at their real sizes (random weights) on an H100 in
+    bfloat16, eager PyTorch, at batch 1 and 8: the whole predict_action per setting, interleaved, and the phases."""
+    columns = [(b, m) for b in src.gpu for m in src.gpu[b]]
+    by_setting = {(b, m): {r["setting"] or "none": r for r in src.gpu[b][m]["records"]} for b, m in columns}
+    settings = list(by_setting[columns[0]])
+    rows = [[f"`{s}`", *(_gpu_cell(by_setting[c][s]) if s in by_setting[c] else "-" for c in columns)]
+            for s in settings]
+    header = ["Setting", *(f"{m}, batch {b}" for b, m in columns)]
+    meta = src.gpu[columns[0][0]][columns[0][1]]["meta"]
+    facts = ["", "Unreduced phases (medians): " + "; ".join(
+        f"{m} batch {b}: {_gpu_phases(by_setting[(b, m)]['none'])}" for b, m in columns) + ".",
+             "", f"Measured by `bash benchmarks/gpu/run_7b.sh OUT` on {meta['machine'].get('gpu')}, host "
+             f"{cpu_words(meta)} with {meta['machine'].get('cpu_count')} cores (torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
+             f"{meta['date_utc'][:16]} UTC; {meta['config']['num_runs']} interleaved rounds after "
+             f"{meta['config']['warmup']} warm-up; `*`: the row is flagged noisy (spread or phase drift), not a result{recomputed(meta)}; "
+             f"results in `{GPU_RUN.as_posix()}/`."]
+    return "\n".join(table_lines(header, rows) + facts)
+
+
+def serve_table(src: Sources) -> str:
+    """docs/results/serving.md: the load tester's reports (``prismatic_tr.serve.report``), soaks last and marked."""
+    from prismatic_tr.serve.report import in_reading_order, markdown_table
+
+    return markdown_table(in_reading_order(src.serve))
+
+
+def exact_table(src: Sources) -> str:
+    """docs/guides/benchmarking.md: the exact savings (OpenVLA's towers stop at the kept block), measured by
+    ``benchmarks/exact_savings.py``."""
+    e = src.exact
+    rows = [["towers run every block, as OpenVLA's do", f"{e['all_blocks_ms']:.0f}", "1.00x"],
+            ["towers stop after the kept block", f"{e['stop_early_ms']:.0f}", f"{e['speedup']:.2f}x"]]
+    notes = ["", f"`{e['command']}`: {e['model']}, {e['dtype']}, {e['repeats']} interleaved runs after {e['warmup']} "
+             f"warm-up, {e['threads']} threads (torch {e['torch']}); saved {e['saved_ms']:.0f} ms a step; actions "
+             + ("bit-identical." if e["identical_actions"] else "NOT identical.")]
+    return "\n".join(table_lines(["towers", "predict_action ms", "end to end"], rows) + notes)
+
+
+def commands_table(src: Sources) -> str:
+    """README.md, Installation: the README's two commands as a new user runs them (each on a fresh clone, its
+    install included), one row per command and machine (``commands/*.json``, ``benchmarks/time_commands.py``)."""
+    rows = []
+    for rec in src.commands:
+        for run in rec["runs"]:
+            status = "" if run["exit_status"] == 0 else f" (exit {run['exit_status']})"
+            install = f"{run['install_s']:.0f} s" if run.get("install_s") is not None else "-"
+            rows.append([f"`{run['command']}`", cpu_words(rec) + f", {rec['machine']['cores']} cores",
+                         rec["dtype_auto"], f"{run['wall_s'] / 60:.1f} min{status}", install,
+                         f"{rec['date_utc'][:10]}, `{rec['commit'][:7]}`"])
+    header = ["command", "CPU", "`--dtype auto`", "wall time, install included", "of which install", "measured"]
+    notes = ["", "Each command in a fresh clone of that commit, which makes its own `.venv` (uv's download cache as "
+             "the machine had it), on a quiet machine: `python benchmarks/time_commands.py --output "
+             "benchmarks/results/commands/<machine>.json`."]
+    if not any(rec["dtype_auto"] == "bfloat16" for rec in src.commands):
+        notes[-1] += (" Not measured yet: a CPU with AMX-BF16 or AVX512-BF16, where `--dtype auto` picks bfloat16 "
+                      "(no such machine was at hand for this version).")
+    return "\n".join(table_lines(header, rows) + notes)

@@ -1,0 +1,224 @@
+"""The committed results files the report reads (``benchmarks/results/``, the shipped policies' records) and
+:class:`Sources`, all of them read once from a checkout."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path("benchmarks/results")
+POLICY_RESULTS = RESULTS / "policy" / "results.json"
+SELECTION_TEST = RESULTS / "selection" / "eval_test.json"
+FINETUNE = RESULTS / "finetune_reduced"
+SPEED_BY_DTYPE = {"float32": FINETUNE / "speed_float32" / "results.json",
+                  "bfloat16": FINETUNE / "speed_bfloat16" / "results.json"}
+OFT_BY_DTYPE = {"float32": RESULTS / "oft" / "float32" / "results.json",
+               "bfloat16": RESULTS / "oft" / "bfloat16" / "results.json"}
+OFT_FROZEN_BY_DTYPE = {d: RESULTS / "oft_frozen" / d / "results.json" for d in ("float32", "bfloat16")}
+OFT_BATCH4_BY_DTYPE = {d: RESULTS / "oft_batch4" / d / "results.json" for d in ("float32", "bfloat16")}
+OFT_AVX2_BY_DTYPE = {"float32": RESULTS / "oft_avx2" / "float32" / "results.json"}
+SERVE_REPORTS = RESULTS / "serve"
+EXACT = RESULTS / "exact" / "cpu_bench.json"
+# The tabletop policies' training records, a row each: (label, record, what its "evaluation" is). "old": one
+# validation run in "evaluation"; "recipe": {"validation", "test"} from a one-command recipe; the shipped
+# OpenVLA-style policy's test episodes are the unreduced rows of the selection runs.
+TRAINING = RESULTS / "policy_training"
+TABLETOP_POLICIES: tuple[tuple[str, Path, str], ...] = (
+    ("run 1: 4000 steps", TRAINING / "evaluation.json", "old"),
+    ("run 2: run 1 continued 2000 steps", TRAINING / "evaluation_continued.json", "old"),
+    ("run 3: easy scenes mixed in", TRAINING / "evaluation_run3.json", "old"),
+    ("run 4: towers pretrained", TRAINING / "evaluation_run4.json", "old"),
+    ("run 6, **shipped**: run 5 (task v2, local pretraining, frozen towers) + the grounding loss",
+     TRAINING / "evaluation_run6.json", "shipped"),
+    ("`train_policy.py`, alone, 2 threads", TRAINING / "remake_alone" / "evaluation.json", "recipe"),
+    ("`train_policy.py`, beside another run, 1 thread", TRAINING / "remake_seed0" / "evaluation.json", "recipe"),
+    ("`train_policy.py --seed 1 --stage2.seed 2`, beside another run, 1 thread",
+     TRAINING / "remake_seed1" / "evaluation.json", "recipe"),
+    ("OpenVLA-OFT-style, **shipped**: `train_oft_policy.py`", RESULTS / "oft_policy" / "training" / "evaluation.json",
+     "recipe"),
+)
+SELECTION_TEST_5OBJ = RESULTS / "selection" / "eval_test_5obj.json"
+# The MetaWorld recipe's runs in the order they were made: (label, recipe record or None, partial validation runs
+# of eval_metaworld.py on its checkpoints); the fine-tunes (finetune_*/) follow.
+METAWORLD_RUNS: tuple[tuple[str, Path | None, tuple[Path, ...]], ...] = (
+    ("4-D state, first run", RESULTS / "metaworld" / "policy" / "evaluation.json", ()),
+    ("4-D state, continued", RESULTS / "metaworld" / "policy_continued" / "evaluation.json", ()),
+    ("7-D state, stopped at step 2150", None,
+     tuple(RESULTS / "metaworld" / "policy7_partial" / f"validation_step{s}.json" for s in (1000, 2000))),
+    ("7-D state in every action slot, **shipped** (cut off at step 2200 and resumed: its training minutes are the last 1800 steps')", Path("prismatic_tr/assets/metaworld_policy/evaluation.json"),
+     tuple(RESULTS / "metaworld" / "policy7s_partial" / f"validation_step{s}.json" for s in (1000, 2000))),
+)
+MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
+# the bundled OFT policy's closed-loop runs: eval_test* (200 test episodes) and eval_test_5obj* (100 five-object
+# scenes); a later run adds settings in its own folder (eval_test_<what>), the first file's unreduced row is kept
+OFT_POLICY_DIR = RESULTS / "oft_policy"
+OFT_POLICY = {"test": "eval_test", "test_5obj": "eval_test_5obj"}
+ADAPTERS = Path("prismatic_tr/assets/adapters")
+# train_metaworld_policy.py's records, a row each: the shipped policy, then the two earlier 4-D-state runs (the
+# first, and its continuation with --init_oft)
+METAWORLD_POLICIES = {
+    "**shipped**: 7-D state, in every action slot, 4000 steps": Path("prismatic_tr/assets/metaworld_policy/evaluation.json"),
+    "4-D state, 2000 steps": RESULTS / "metaworld" / "policy" / "evaluation.json",
+    "4-D state, continued (+2000 steps)": RESULTS / "metaworld" / "policy_continued" / "evaluation.json"}
+# eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
+# interleaved for the speed; the unreduced row shown is the first run's)
+METAWORLD_TABLES = RESULTS / "metaworld"
+# train_metaworld_policy.py --init_oft <that policy> --setting S runs (their evaluation.json): the fine-tuned rows,
+# tested under S on the same 50 test episodes a task; their speed is the training-free row's of S (the same shapes)
+METAWORLD_FINETUNES = "finetune_*/evaluation.json"
+# benchmarks/gpu/run_7b.sh on a lent H100 (random weights at the 7B sizes, bfloat16): batch -> model -> results file
+GPU_RUN = RESULTS / "gpu_h100" / "run2"
+GPU_FILES = {batch: {"OpenVLA-7B": GPU_RUN / f"b{batch}" / "results.json",
+                     "OpenVLA-OFT-7B": GPU_RUN / f"b{batch}" / "oft" / "results.json"} for batch in (1, 8)}
+MAIN_COMMAND = "python vla_scripts/benchmark.py"
+COMMAND_TIMINGS = RESULTS / "commands"  # benchmarks/time_commands.py: the README's two commands on fresh clones
+
+
+@dataclass
+class Sources:
+    """The results files a table is written from, read from ``root``."""
+
+    main: dict[str, Any]  # policy/results.json: {"meta", "records"}
+    test100: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test.json
+    adapter_test100: dict[str, dict[str, Any]]  # adapter name -> its setting's record of its run's eval_test.json
+    by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
+    oft: dict[str, dict[str, Any]]  # dtype -> oft/<dtype>/results.json ({"meta", "records"})
+    oft_frozen: dict[str, dict[str, Any]]  # dtype -> oft_frozen/<dtype>/results.json (compiled and frozen blocks)
+    main_oft: dict[str, Any] | None  # policy/oft/results.json, the main job's OpenVLA-OFT rows (None: not run)
+    oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
+    oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
+    metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
+    metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
+    metaworld_finetunes: list[dict[str, Any]]  # metaworld/finetune_*/evaluation.json (the recipe's records)
+    gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
+    oft_batch4: dict[str, dict[str, Any]]  # dtype -> oft_batch4/<dtype>/results.json (4 observations a step)
+    oft_avx2: dict[str, dict[str, Any]]  # dtype -> oft_avx2/<dtype>/results.json (an AVX2-only CPU)
+    serve: list[dict[str, Any]]  # serve/*.json, the load tester's reports
+    exact: dict[str, Any]  # exact/cpu_bench.json (benchmarks/exact_savings.py)
+    tabletop: list[dict[str, Any]]  # the TABLETOP_POLICIES records, in order
+    test100_5obj: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test_5obj.json
+    metaworld_runs: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]  # METAWORLD_RUNS read, in order
+    commands: list[dict[str, Any]]  # commands/*.json: the README's two commands timed on fresh clones
+
+    @classmethod
+    def read(cls, root: Path = ROOT) -> Sources:
+        main = read_json(root / POLICY_RESULTS)
+        names = [r["adapter"] for r in main["records"] if r.get("adapter")]
+        return cls(main=main, test100=by_setting(root / SELECTION_TEST),
+                   adapter_test100={n: _adapter_test(root, n) for n in names},
+                   by_dtype={d: by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()},
+                   oft={d: read_json(root / p) for d, p in OFT_BY_DTYPE.items()},
+                   oft_frozen={d: read_json(root / p) for d, p in OFT_FROZEN_BY_DTYPE.items()},
+                   main_oft=read_json(root / MAIN_OFT) if (root / MAIN_OFT).is_file() else None,
+                   oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
+                   oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
+                   metaworld_policies={label: read_json(root / path) for label, path in METAWORLD_POLICIES.items()},
+                   metaworld_tables=[read_json(p) for p in metaworld_table_files(root)],
+                   metaworld_finetunes=[read_json(p) for p in metaworld_finetune_files(root)],
+                   gpu={b: {m: read_json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()},
+                   oft_batch4={d: read_json(root / p) for d, p in OFT_BATCH4_BY_DTYPE.items()},
+                   oft_avx2={d: read_json(root / p) for d, p in OFT_AVX2_BY_DTYPE.items()},
+                   serve=[read_json(p) for p in serve_report_files(root)], exact=read_json(root / EXACT),
+                   tabletop=[read_json(root / p) for _, p, _ in TABLETOP_POLICIES],
+                   test100_5obj=by_setting(root / SELECTION_TEST_5OBJ),
+                   metaworld_runs=[(read_json(root / rec) if rec else None, [read_json(root / p) for p in parts])
+                                   for _, rec, parts in METAWORLD_RUNS],
+                   commands=[read_json(p) for p in command_timing_files(root)])
+
+
+def source_files(root: Path = ROOT) -> list[Path]:
+    """Every results file :meth:`Sources.read` reads (for copying a repository's sources; those it reads only
+    when present are listed when present)."""
+    main = read_json(root / POLICY_RESULTS)
+    adapters = [r["adapter"] for r in main["records"] if r.get("adapter")] + _oft_adapter_names(root)
+    fixed = [POLICY_RESULTS, SELECTION_TEST, *SPEED_BY_DTYPE.values(), *OFT_BY_DTYPE.values(),
+             *OFT_FROZEN_BY_DTYPE.values(), *OFT_BATCH4_BY_DTYPE.values(), *OFT_AVX2_BY_DTYPE.values(), MAIN_OFT,
+             *METAWORLD_POLICIES.values(), *(p for files in GPU_FILES.values() for p in files.values()), EXACT,
+             *(p for _, p, _ in TABLETOP_POLICIES), SELECTION_TEST_5OBJ,
+             *(p for _, rec, parts in METAWORLD_RUNS for p in ((rec,) if rec else ()) + parts)]
+    runs = {_adapter_run(root, n) for n in adapters}
+    found = [root / p for p in fixed]
+    found += [root / ADAPTERS / n / "record.json" for n in adapters]
+    found += [p for run in sorted(runs) for p in sorted((root / FINETUNE / run).glob("eval_test*.json"))]
+    found += [f for kind in OFT_POLICY for f in oft_policy_files(root, kind)]
+    found += metaworld_table_files(root) + metaworld_finetune_files(root) + serve_report_files(root)
+    found += command_timing_files(root)
+    return list(dict.fromkeys(p for p in found if p.is_file()))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"results file {str(path)!r} does not exist; run the command that writes it first")
+    return json.loads(path.read_text())
+
+
+def by_setting(path: Path) -> dict[str, dict[str, Any]]:
+    return {r["setting"]: r for r in read_json(path)["records"]}
+
+
+def _adapter_run(root: Path, name: str) -> str:
+    """The fine-tuning run adapter ``name`` came from (its record.json's ``source_checkpoint``:
+    ``outputs/finetune_reduced/<run>/...``), whose records are in ``benchmarks/results/finetune_reduced/<run>``."""
+    parts = Path(read_json(root / ADAPTERS / name / "record.json")["source_checkpoint"]).parts
+    return parts[parts.index("finetune_reduced") + 1]
+
+
+def _adapter_test(root: Path, name: str) -> dict[str, Any]:
+    """The record of adapter ``name``'s setting in the eval_test.json of the fine-tuning run it came from."""
+    records = read_json(root / FINETUNE / _adapter_run(root, name) / "eval_test.json")["records"]
+    return next(r for r in records if r["setting"] != "none")
+
+
+def oft_policy_files(root: Path, kind: str) -> list[Path]:
+    """The results files of one kind of the bundled OFT policy's runs (``OFT_POLICY``), the first run first."""
+    first = OFT_POLICY[kind]
+    others = [d for d in sorted((root / OFT_POLICY_DIR).glob(f"{first}_*"))
+              if kind == "test_5obj" or not d.name.startswith(OFT_POLICY["test_5obj"])]
+    return [root / OFT_POLICY_DIR / first / "results.json", *(d / "results.json" for d in others)]
+
+
+def _oft_policy_runs(root: Path, kind: str) -> dict[str, dict[str, Any]]:
+    """Setting label -> record over :func:`oft_policy_files` (a label already read is kept)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in oft_policy_files(root, kind):
+        for label, rec in by_setting(path).items():
+            out.setdefault(label, rec)
+    return out
+
+
+def metaworld_table_files(root: Path) -> list[Path]:
+    """``metaworld/table/results.json`` then ``metaworld/table_*/results.json`` (sorted); none before the first."""
+    first = root / METAWORLD_TABLES / "table" / "results.json"
+    return [first, *sorted((root / METAWORLD_TABLES).glob("table_*/results.json"))] if first.is_file() else []
+
+
+def command_timing_files(root: Path) -> list[Path]:
+    return sorted((root / COMMAND_TIMINGS).glob("*.json"))
+
+
+def serve_report_files(root: Path) -> list[Path]:
+    """``serve/*.json``, sorted (the soak repeats in ``serve/soak_repeat/`` are a record, not a table row)."""
+    return sorted((root / SERVE_REPORTS).glob("*.json"))
+
+
+def metaworld_finetune_files(root: Path) -> list[Path]:
+    """``metaworld/finetune_*/evaluation.json``, sorted."""
+    return sorted((root / METAWORLD_TABLES).glob(METAWORLD_FINETUNES))
+
+
+def _oft_adapter_names(root: Path) -> list[str]:
+    """The shipped adapters of the OFT-style policy (their record.json says ``"policy": "openvla-oft"``)."""
+    return sorted(p.parent.name for p in (root / ADAPTERS).glob("*/record.json")
+                  if json.loads(p.read_text()).get("policy") == "openvla-oft")
+
+
+def _oft_adapter_tests(root: Path, name: str) -> dict[str, Any]:
+    """An OFT adapter's test records: its run's eval_test.json and, when measured, eval_test_5obj.json."""
+    test = _adapter_test(root, name)
+    run = _adapter_run(root, name)
+    five = root / FINETUNE / run / "eval_test_5obj.json"
+    five_rec = next(r for r in read_json(five)["records"] if r["setting"] != "none") if five.is_file() else None
+    return {"setting": test["setting"], "test": test, "test_5obj": five_rec}

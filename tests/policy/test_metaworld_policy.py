@@ -1,0 +1,403 @@
+"""The MetaWorld policy's commands: ``vla_scripts/train_metaworld_policy.py`` (demonstrations -> OFT training ->
+choice on validation -> test per task, every closed loop in a spawned child) and ``vla_scripts/eval_metaworld.py``
+(the reduction table), at toy size. Flag checks and the table's pure parts run everywhere; the end-to-end run needs
+metaworld and OSMesa and is skipped with the reason elsewhere.
+
+Nothing here times anything; the full-size policy's success is measured by the commands and recorded in
+``benchmarks/results/metaworld/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from helpers.metaworld import MISSING, needs_metaworld
+from helpers.oft_fixtures import write_tiny_base
+
+from benchmarks.report import cells, metaworld
+from prismatic_tr.envs.metaworld.tasks import STATE_FIELDS
+from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
+from prismatic_tr.policy.metaworld_recipe import provenance
+from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
+from prismatic_tr.vla.spec import parse_setting
+from vla_scripts import eval_metaworld, train_metaworld_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--tasks", "[reach-v3,fly-v3]"], "fly-v3"),
+    (["--tasks", "[reach-v3,reach-v3]"], "name each task once"),
+    (["--chunk", "0"], "--chunk 0"),
+    (["--execute_steps", "9"], "--execute_steps 9"),
+    (["--test_episodes", "0"], "--test_episodes 0"),
+    (["--image_size", "16"], "--image_size 16"),
+    (["--data_root", "/nonexistent"], "holds no metaworld_mt10"),
+    (["--base_policy", "/nonexistent"], "--base_policy"),
+    (["--setting", "vision:nonsense:0.1"], "nonsense"),
+    (["--eval_workers", "0"], "--eval_workers 0"),
+])
+def test_training_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(argv)
+    assert exc.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_training_command_refuses_demonstrations_written_with_another_count(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    written = tmp_path / "data" / "metaworld_mt10"
+    written.mkdir(parents=True)
+    (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5}}))
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--output_dir", str(tmp_path), "--episodes_per_task", "50"])
+    assert exc.value.code == 2 and "holds 5 demonstrations per task" in capsys.readouterr().err
+
+
+def test_training_command_counts_demonstrations_per_task(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    flags = ["--output_dir", str(tmp_path), "--episodes_per_task", "5", "--task_episodes", "{push-v3: 9}"]
+    cfg = train_metaworld_policy.parse_config(flags)
+    demo = cfg.demo_config()
+    assert (demo.episodes_of("push-v3"), demo.episodes_of("reach-v3")) == (9, 5)
+    written = tmp_path / "data" / "metaworld_mt10"
+    written.mkdir(parents=True)
+    (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5, "task_episodes": {"push-v3": 9}},
+                                                    "state_fields": list(STATE_FIELDS)}))
+    assert train_metaworld_policy.parse_config(flags).task_episodes == {"push-v3": 9}   # the same counts: reused
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(flags[:4])
+    assert exc.value.code == 2 and "({'push-v3': 9} named)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config([*flags[:4], "--task_episodes", "{fly-v3: 9}"])
+    assert exc.value.code == 2 and "fly-v3" in capsys.readouterr().err
+
+
+def test_training_command_refuses_demonstrations_and_policies_of_another_state(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    data = tmp_path / "data" / "metaworld_mt10"
+    data.mkdir(parents=True)
+    (data / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 50}}))   # written before the goal
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data")])
+    assert exc.value.code == 2 and "4-D state written before the goal joined it" in capsys.readouterr().err
+    (data / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 50},
+                                                 "state_fields": list(STATE_FIELDS)}))
+    old = tmp_path / "old_policy"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 4}}))
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old)])
+    assert exc.value.code == 2 and "takes a state of 4; MetaWorld episodes give 7" in capsys.readouterr().err
+    (old / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 7}}))   # OFT's zero slots
+    with pytest.raises(SystemExit) as exc:
+        train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old)])
+    assert exc.value.code == 2 and "has proprio_slots=False, not --proprio_slots True" in capsys.readouterr().err
+    cfg = train_metaworld_policy.parse_config(["--data_root", str(tmp_path / "data"), "--init_oft", str(old),
+                                               "--proprio_slots", "false", "--output_dir", str(tmp_path / "out")])
+    assert not cfg.settings().proprio_slots
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--settings", "[diverse:0.5]"], "start with 'none'"),
+    (["--tasks", "[fly-v3]"], "fly-v3"),
+    (["--split", "offline"], "'offline' is not allowed"),
+    (["--episodes", "0"], "--episodes 0"),
+    (["--vla_path", "/nonexistent"], "not a checkpoint directory"),
+    (["--workers", "0"], "--workers 0"),
+])
+def test_evaluation_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        eval_metaworld.parse_config(argv)
+    assert exc.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_the_table_has_the_issues_settings_and_needs_its_baseline_first() -> None:
+    settings = [parse_setting(s) for s in TABLE_SETTINGS]
+    assert settings[0].is_baseline and len({s.label for s in settings}) == 8
+    assert [s.parts[0].site for s in settings[1:]] == ["projector"] * 3 + ["vision"] * 3 + ["llm"]
+    assert [s.parts[0].keep_ratio for s in settings[1:7]] == [0.5, 0.25, 0.1] * 2
+    with pytest.raises(ValueError, match="baseline"):
+        evaluate_metaworld_settings(None, None, settings[1:], ["reach-v3"], "test", 1, "k")
+
+
+def test_worker_pools_refuse_bad_counts_and_paths_before_starting(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="workers 0"):
+        MetaWorldWorkers(tmp_path, workers=0)
+    with pytest.raises(ValueError, match="not a checkpoint directory"):
+        MetaWorldWorkers(tmp_path, workers=2)
+    (tmp_path / "config.json").write_text("{}")
+    pool = MetaWorldWorkers(tmp_path, workers=2, threads=1)
+    with pytest.raises(RuntimeError, match="outside its `with` block"):
+        pool.run(["none"], ["reach-v3"], "test", 1, "k")
+    assert worker_threads(2, 2) == 1 and worker_threads(2, 1) == 1 and worker_threads(1, 2) == 2
+
+
+def test_provenance_reads_the_recipe_record_beside_a_policy_or_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "checkpoints" / "step_5").mkdir(parents=True)
+    assert provenance(tmp_path / "policy") == {"trained_with": None}
+    (tmp_path / "evaluation.json").write_text(json.dumps({"setting": "diverse:0.1", "base_policy": "/p",
+                                                          "training": {"steps": 5}}))
+    for where in (tmp_path / "policy", tmp_path / "checkpoints" / "step_5"):
+        got = provenance(where)
+        assert (got["trained_with"], got["started_from"], got["training_steps"]) == ("diverse:0.1", "/p", 5)
+
+
+META = {"config": {"timing_runs": 10}, "command": "python c", "dtype": "float32", "machine": {"cpu": {"model": "AMD X", "features": {
+    "avx2": True, "amx_bf16": False}}, "cores": 2}, "torch_version": "2.2.0", "date_utc": "2026-11-27 08:07:58"}
+
+
+def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
+    task = {"success_rate": 0.5}
+    def run(trained_with: str | None, labels: list[str]) -> dict:
+        return {"meta": {"trained_with": trained_with, **META},
+                "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task}, "successes": 25,
+                             "episodes": 50, "mean_success_rate": 0.5, "predict_action_speedup": 1.0}
+                            for label in labels]}
+    text = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[
+        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], metaworld_finetunes=[]))
+    lines = text.splitlines()
+    assert "Model" in lines[0] and len(lines) == 2 + 3 + 2     # the second run's own baseline is not shown
+    assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "`python c` on AMD X (avx2) with 2 cores" in lines[-1]
+    assert "at batch 1 in float32" in lines[-1]
+    assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
+
+
+def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_speed_marked() -> None:
+    def task(rate: float) -> dict:
+        return {"success_rate": rate, "successes": round(50 * rate), "episodes": 50}
+    table = {"meta": {"trained_with": None, **META}, "records": [
+        {"setting": label, "num_patches": 512, "llm_visual_tokens": kept, "tasks": {"reach-v3": task(rate)},
+         "successes": round(50 * rate), "episodes": 50, "mean_success_rate": rate, "predict_action_speedup": speedup}
+        for label, kept, rate, speedup in (("none", 512, 0.8, 1.0), ("diverse:0.1", 52, 0.4, 1.37))]}
+    finetune = {"setting": "diverse:0.1", "config": {"max_steps": 600},
+                "selection": {"chosen": "/c/step_600", "candidates": [{"step": 300, "checkpoint": "/c/step_300"},
+                                                                      {"step": 600, "checkpoint": "/c/step_600"}]},
+                "evaluation": {"test": {"tasks": {"reach-v3": task(0.7)}, "mean_success_rate": 0.7}}}
+    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[table],
+                                                          metaworld_finetunes=[finetune])).splitlines()
+    assert len(lines) == 2 + 3 + 4 and lines[-1].startswith(cells.ADAPTER_MARK)
+    assert lines[4] == ("| `diverse:0.1` | fine-tuned with it: 600 steps from the policy, step 600 chosen on validation"
+                        " | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | 1.37x"
+                        + cells.ADAPTER_MARK + " |")
+    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[table], metaworld_finetunes=[]))
+    assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 2
+
+
+def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:
+    def task(wins: int, steps: float) -> dict:
+        return {"episodes": 50, "successes": wins, "success_rate": wins / 50, "success_ci_low": 0.1,
+                "success_ci_high": 0.9, "mean_steps": steps}
+    def policy(a: int, b: int) -> dict:
+        return {"evaluation": {"test": {"tasks": {"reach-v3": task(a, 40.0), "push-v3": task(b, 60.0)},
+                                        "mean_success_rate": (a + b) / 100}}}
+    text = metaworld.metaworld_policy_table(SimpleNamespace(metaworld_policies={"one": policy(10, 30),
+                                                                                   "two": policy(50, 0)}))
+    lines = text.splitlines()
+    assert "`reach`" in lines[0] and "`push`" in lines[0] and len(lines) == 2 + 2
+    assert lines[2].startswith("| one | 20 % (10-90 %) | 60 % (10-90 %) | 40/100, **40.0 %** (31-50 %) | 50 |")
+    assert "50/100, **50.0 %** (40-60 %)" in lines[3]
+
+
+def test_csv_rows_and_table_show_every_task_and_the_mean() -> None:
+    task = {"episodes": 2, "successes": 1, "success_rate": 0.5, "success_ci_low": 0.1, "success_ci_high": 0.9,
+            "mean_steps": 40.0}
+    records = [{"setting": label, "site": site, "reduction_ratio": r, "depth_fraction": None, "num_patches": n,
+                "mean_success_rate": 0.5, "successes": 2, "episodes": 4, "tasks": {"reach-v3": task, "push-v3": task},
+                "predict_action_ms": ms, "predict_action_speedup": 100.0 / ms}
+               for label, site, r, n, ms in (("none", "none", None, 512, 100.0), ("diverse:0.5", "projector", 0.5,
+                                                                                     256, 80.0))]
+    rows = eval_metaworld.csv_rows(records)
+    assert [(r["setting"], r["task"]) for r in rows] == [("none", "reach-v3"), ("none", "push-v3"), ("none", "mean"),
+                                                         ("diverse:0.5", "reach-v3"), ("diverse:0.5", "push-v3"),
+                                                         ("diverse:0.5", "mean")]
+    assert rows[2]["successes"] == 2 and rows[2]["episodes"] == 4
+    text = eval_metaworld.table(records)
+    assert "reach" in text.splitlines()[0] and "1.25x" in text and "50.0%" in text
+
+
+def test_the_shipped_policy_is_its_recipe_s_choice_and_acts() -> None:
+    """prismatic_tr/assets/metaworld_policy: the checkpoint its recipe chose on validation, with that run's records,
+    loads natively as a 2-camera OFT policy taking the 7-D state in every action slot, and gives a chunk of 8 x 7."""
+    from prismatic_tr.bench.vla.job import sample_inputs
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.policy.metaworld_recipe import DATASET
+
+    where = bundled_metaworld_policy_dir()
+    record = json.loads((where / "evaluation.json").read_text())
+    assert record["selection"]["split"] == "validation" and record["selection"]["chosen"] == record["checkpoint"]
+    assert list(record["evaluation"]["test"]["tasks"]) == record["config"]["tasks"]
+    assert (where / "training_curve.csv").read_text().count("\n") == 1 + record["training"]["steps"]
+    vla, processor = load_vla(where)
+    assert vla.oft.proprio_dim == len(STATE_FIELDS) and vla.oft.proprio_slots is True
+    assert vla.vision_backbone.get_num_images_in_input() == 2 and DATASET in vla.norm_stats
+    inputs = sample_inputs(processor, "close the drawer", 1, 224, 0, num_images=2, proprio_dim=len(STATE_FIELDS))
+    with torch.no_grad():
+        chunk = np.asarray(vla.predict_action(**inputs, unnorm_key=DATASET, do_sample=False)[0])
+    assert chunk.reshape(-1, 7).shape == (vla.oft.num_actions_chunk, 7) and np.isfinite(chunk).all()
+
+
+@needs_metaworld
+@pytest.mark.slow
+def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
+    """Two test episodes of drawer-close (50 of 50 in its recipe's test run), closed loop in a spawned worker (the
+    suite may have imported tensorflow here, which OSMesa's mujoco must not meet)."""
+    assert MISSING is None
+    from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.policy.metaworld_recipe import DATASET
+
+    with MetaWorldWorkers(bundled_metaworld_policy_dir(), 1) as workers:
+        outcomes = workers.run(["none"], ["drawer-close-v3"], "test", 2, DATASET, batch_size=2)["none"]
+    assert [o.outcome for o in outcomes["drawer-close-v3"]] == ["success", "success"]
+
+
+@needs_metaworld
+@pytest.mark.slow
+def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episodes(tmp_path: Path) -> None:
+    """Demonstrations (1 reach episode at 64 px) -> 2 training steps -> 2 candidates chosen on 1 validation
+    episode -> 1 test episode, every closed loop in a spawned child; then eval_metaworld.py on the chosen
+    checkpoint runs the same test episode unreduced (the same outcome) and with a vision cut (fewer tokens)."""
+    assert MISSING is None
+    pytest.importorskip("tensorflow_datasets")
+    base = write_tiny_base(tmp_path / "base")
+    out, env = tmp_path / "run", {**os.environ, "PYTHONPATH": str(ROOT)}
+    flags = ["--output_dir", str(out), "--base_policy", str(base), "--tasks", "[reach-v3]", "--episodes_per_task",
+             "1", "--image_size", "64", "--max_steps", "2", "--save_steps", "1", "--batch_size", "2",
+             "--lr_warmup_steps", "1", "--select_episodes", "1", "--test_episodes", "1", "--eval_batch_size", "1",
+             "--install_dir", str(tmp_path / "installed"), "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "test reach-v3" in run.stdout and "test mean over 1 tasks" in run.stdout
+    record = json.loads((out / "evaluation.json").read_text())
+    assert record["demonstrations"]["tasks"]["reach-v3"]["written"] == 1
+    assert [c["step"] for c in record["selection"]["candidates"]] == [1, 2]
+    assert record["selection"]["split"] == "validation"
+    test = record["evaluation"]["test"]
+    assert list(test["tasks"]) == ["reach-v3"] and test["tasks"]["reach-v3"]["seeds"] == [3_000_000, 3_000_000]
+    assert (out / "training_curve.csv").read_text().count("\n") == 3
+    chosen = Path(record["policy"])
+    assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "checkpoints"
+    assert (chosen / "action_head--latest_checkpoint.pt").is_file()
+    assert json.loads((chosen / "config.json").read_text())["oft"]["proprio_slots"] is True   # the recipe's default
+    installed = tmp_path / "installed"   # --install_dir: the chosen checkpoint and the run's records
+    assert (installed / "model.safetensors").read_bytes() == (chosen / "model.safetensors").read_bytes()
+    assert json.loads((installed / "evaluation.json").read_text()) == record
+    assert (installed / "training_curve.csv").is_file() and (installed / "demos.json").is_file()
+
+    table = tmp_path / "table"
+    flags = ["--vla_path", str(chosen), "--settings", "[none,vision:diverse:0.5@0.25]", "--tasks", "[reach-v3]",
+             "--episodes", "1", "--image_size", "64", "--timing_runs", "1", "--output_dir", str(table),
+             "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = json.loads((table / "results.json").read_text())["records"]
+    assert [r["setting"] for r in records] == ["none", "vision:diverse:0.5@0.25"]
+    ours, theirs = records[0]["tasks"]["reach-v3"], test["tasks"]["reach-v3"]
+    assert (ours["successes"], ours["mean_steps"]) == (theirs["successes"], theirs["mean_steps"])
+    assert records[1]["num_patches"] < records[0]["num_patches"] and records[1]["predict_action_ms"] > 0
+    assert (table / "results.csv").read_text().count("\n") == 1 + 2 * 2
+    meta = json.loads((table / "results.json").read_text())["meta"]
+    assert meta["episode_workers"] == 2 and meta["episode_worker_threads"] >= 1 and meta["dtype"] == "float32"
+    assert meta["trained_with"] == "none" and meta["started_from"] == str(base)
+
+    # the same episodes in this process (one thread, as each of the two workers had): the same outcomes
+    alone = tmp_path / "alone"
+    flags[flags.index("--output_dir") + 1], flags[flags.index("--timing_runs") + 1] = str(alone), "0"
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags, "--workers", "1",
+                          "--num_threads", str(meta["episode_worker_threads"])],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert [r["tasks"] for r in json.loads((alone / "results.json").read_text())["records"]] == \
+        [r["tasks"] for r in records]
+
+    # the table again with a setting added: the journaled jobs reused, only the new one run; another count refused
+    flags[flags.index("--output_dir") + 1] = str(table)
+    flags[flags.index("--settings") + 1] = "[none,vision:diverse:0.5@0.25,diverse:0.5]"
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags, "--workers", "1"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "resuming: 2 of 3 (setting, task) jobs" in run.stdout
+    resumed = json.loads((table / "results.json").read_text())
+    assert [r["tasks"] for r in resumed["records"][:2]] == [r["tasks"] for r in records]
+    assert resumed["records"][2]["setting"] == "diverse:0.5" and resumed["meta"]["journal"]["jobs_reused"] == 2
+    assert (table / "episodes.jsonl").read_text().count("\n") == 1 + 3
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "eval_metaworld.py"), *flags, "--episodes", "2"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2 and "episodes: 1 there, 2 here" in run.stderr, run.stderr[-2000:]
+
+    # fine-tuning for a setting: from the policy, its statistics kept, the setting attached in the test episodes
+    tuned = tmp_path / "tuned"
+    flags = ["--output_dir", str(tuned), "--init_oft", str(chosen), "--setting", "vision:diverse:0.5@0.25",
+             "--data_root", str(out / "data"), "--tasks", "[reach-v3]", "--image_size", "64", "--max_steps", "1",
+             "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0", "--test_episodes", "1",
+             "--progress", "false"]
+    run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    record = json.loads((tuned / "evaluation.json").read_text())
+    assert record["setting"] == "vision:diverse:0.5@0.25" and record["base_policy"] == str(chosen)
+    assert record["evaluation"]["test"]["setting"] == "vision:diverse:0.5@0.25"
+    assert record["selection"]["rule"] == "the last step's checkpoint"
+
+
+# ---------------------------------------------------------------- the failure diagnosis's pure parts (no metaworld)
+
+
+def synthetic_trace(task: str, tcp_path: list, obj_path: list, goal=(0.3, 0.0, 0.1), outcome: str = "timeout",
+                    seed: int = 0):
+    """A trace whose hand (tcp) and object go through the given points (one per step), the goal fixed."""
+    from prismatic_tr.policy.metaworld_diagnosis import EpisodeTrace
+
+    raw = np.zeros((len(tcp_path), 39))
+    raw[:, 4:7], raw[:, -3:] = obj_path, goal
+    return EpisodeTrace(task, seed, outcome, raw, np.asarray(tcp_path, dtype=float))
+
+
+START, PUCK, HALF = (0.0, -0.2, 0.3), (0.0, 0.0, 0.02), (0.2, 0.0, 0.02)
+
+
+@pytest.mark.parametrize("task, tcp, obj, outcome, phase", [
+    ("push-v3", [START, (0.0, -0.1, 0.2)], [PUCK, PUCK], "timeout", "none"),
+    ("push-v3", [START, PUCK], [PUCK, PUCK], "timeout", "approach"),
+    ("push-v3", [START, PUCK], [PUCK, (0.0, 0.02, 0.02)], "timeout", "contact"),
+    ("push-v3", [START, HALF], [PUCK, HALF], "timeout", "transport"),
+    ("pick-place-v3", [START, HALF], [PUCK, HALF], "timeout", "contact"),        # slid, never lifted
+    ("pick-place-v3", [START, (0.0, 0.0, 0.08)], [PUCK, (0.0, 0.0, 0.08)], "timeout", "lift"),
+    ("pick-place-v3", [START, (0.2, 0.0, 0.08)], [PUCK, (0.2, 0.0, 0.08)], "timeout", "transport"),
+    ("reach-v3", [START, (0.0, -0.2, 0.2)], [PUCK, PUCK], "timeout", "none"),
+    ("reach-v3", [START, (0.28, 0.0, 0.12)], [PUCK, PUCK], "timeout", "transport"),
+    ("reach-v3", [START, START], [PUCK, PUCK], "success", "success"),
+])
+def test_diagnosis_names_the_phase_an_episode_reached(task, tcp, obj, outcome, phase):
+    from prismatic_tr.policy.metaworld_diagnosis import episode_row, phase_reached
+
+    trace = synthetic_trace(task, tcp, obj, outcome=outcome)
+    assert phase_reached(trace) == phase
+    row = episode_row(trace)
+    assert row["phase"] == phase and row["steps"] == 1
+
+
+def test_diagnosis_summary_says_whether_the_hand_follows_the_goal():
+    from prismatic_tr.policy.metaworld_diagnosis import summarise
+
+    goals = [(0.1 * i, 0.6 + 0.02 * i, 0.1) for i in range(4)]
+    follows = [synthetic_trace("reach-v3", [START, g], [PUCK, PUCK], goal=g, seed=i) for i, g in enumerate(goals)]
+    same = [synthetic_trace("reach-v3", [START, (0.0, 0.6, 0.1)], [PUCK, PUCK], goal=g, seed=i)
+            for i, g in enumerate(goals)]
+    record = summarise(same, follows)
+    assert record["task"] == "reach-v3"
+    assert record["expert"]["follows_goal"]["x"]["correlation"] == pytest.approx(1.0)
+    assert record["policy"]["follows_goal"]["x"]["hand_spread_m"] == 0.0
+    assert record["policy"]["phases"]["transport"] == 4 and record["policy"]["successes"] == 0
+    json.dumps(record)   # JSON-ready

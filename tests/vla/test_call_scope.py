@@ -1,0 +1,178 @@
+"""No state survives a call (issue 27, item 1): what a site learns in one top-level call of the VLA (kept tokens,
+the visual count) never reaches the next one.
+
+At every site, on the native model (both stacks) and OpenVLA's remote code (pins): a standalone
+``embed_images`` / backbone call, or a call that raises between the backbone and the language model, followed
+by a text-only forward and a text-only ``generate``, gives exactly what the unreduced model gives. Also: the
+scope's wrappers leave with the last site, nested calls share one record, towers run by hand stay bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from helpers.reference_clients import import_openvla_hf
+from helpers.reference_models import build_reference_vla
+from helpers.tiny_vla import make_inputs, tiny
+
+from prismatic_tr.models import build_vla
+from prismatic_tr.vla import (
+    apply_token_reduction_to_vla,
+    get_token_reduction,
+    reduction_call,
+    remove_token_reduction,
+)
+from prismatic_tr.vla.scope import SCOPE_ATTR, scope_of
+from prismatic_tr.vla.sites.vision import MAX_IMAGES
+
+SITES = [
+    dict(site="projector", method="diverse", reduction_ratio=0.25),
+    dict(site="vision", method="diverse", reduction_ratio=0.25, depth_fraction=0.5),
+    dict(site="llm", reduction_ratio=0.25, depth_fraction=0.5),
+]
+IDS = [s["site"] for s in SITES]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def text_only(vla: torch.nn.Module, ids: torch.Tensor, native: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of a text-only forward and the scores of a text-only greedy generate (3 tokens)."""
+    with torch.no_grad():
+        logits = vla(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        if native:
+            scores = vla.generate(ids, None, max_new_tokens=3, return_logits=True).logits
+        else:
+            out = vla.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                               output_scores=True, return_dict_in_generate=True)
+            scores = torch.stack(out.scores, dim=1)
+    return logits, scores
+
+
+def interrupted_calls(vla: torch.nn.Module, px: torch.Tensor, ids: torch.Tensor) -> list[Callable[[], Any]]:
+    """Calls that stop between the backbone and the language model."""
+
+    def raise_in_lm(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        raise Boom("the language model fails")
+
+    def full_call_that_raises() -> None:
+        hook = vla.language_model.register_forward_pre_hook(raise_in_lm, with_kwargs=True)
+        try:
+            with pytest.raises(Boom):
+                vla(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=px)
+        finally:
+            hook.remove()
+
+    def backbone_and_projector() -> None:
+        vla.projector(vla.vision_backbone(px))
+
+    calls = [backbone_and_projector, full_call_that_raises]
+    if hasattr(vla, "embed_images"):
+        calls.append(lambda: vla.embed_images(px))
+    return calls
+
+
+def check_no_state_crosses(vla: torch.nn.Module, setting: dict, native: bool) -> None:
+    inp = make_inputs(vla, batch=1, length=10) if native else remote_inputs()
+    ids, px = inp["input_ids"], inp["pixel_values"]
+    want = text_only(vla, ids, native)
+    before = set(vars(vla))
+    apply_token_reduction_to_vla(vla, **setting)
+    try:
+        for interrupt in interrupted_calls(vla, px, ids):
+            with torch.no_grad():
+                interrupt()
+            got = text_only(vla, ids, native)
+            assert torch.equal(got[0], want[0]), f"text-only forward after {interrupt.__name__}"
+            assert torch.equal(got[1], want[1]), f"text-only generate after {interrupt.__name__}"
+            assert scope_of(vla).record is None and scope_of(vla).depth == 0
+    finally:
+        remove_token_reduction(vla)
+    assert set(vars(vla)) == before and SCOPE_ATTR not in vars(vla)  # wrappers and scope gone with the site
+
+
+@pytest.mark.parametrize("setting", SITES, ids=IDS)
+def test_native_no_state_crosses_calls(setting: dict) -> None:
+    check_no_state_crosses(tiny(), setting, native=True)
+
+
+def remote_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 29000, (1, 10), generator=g)
+    ids[:, 0] = 1
+    return {"input_ids": ids, "pixel_values": torch.randn(1, 6, 224, 224, generator=g)}
+
+
+@pytest.mark.parametrize("setting", SITES, ids=IDS)
+def test_remote_code_no_state_crosses_calls(setting: dict) -> None:
+    modeling = import_openvla_hf("modeling_prismatic")
+    configuration = import_openvla_hf("configuration_prismatic")
+    check_no_state_crosses(build_reference_vla(modeling, configuration), setting, native=False)
+
+
+@pytest.mark.parametrize("setting", SITES[:2], ids=IDS[:2])
+def test_reduction_still_reaches_the_language_model_within_a_call(setting: dict) -> None:
+    """The scope does not lose the hand-off: a call with an image is reduced (kept recorded, positions applied)
+    and nested calls (generate -> forward) share the outermost record."""
+    vla = tiny()
+    inp = make_inputs(vla, batch=1)
+    with torch.no_grad():
+        plain = vla(**inp).logits
+    apply_token_reduction_to_vla(vla, **setting)
+    try:
+        with torch.no_grad(), reduction_call(vla) as call:
+            reduced = vla(**inp).logits
+            assert scope_of(vla).depth == 1 and call.positions_taken
+        assert call.kept is not None and call.kept.shape == (1, 64)
+        assert reduced.shape[1] < plain.shape[1]
+    finally:
+        remove_token_reduction(vla)
+
+
+def test_towers_run_by_hand_stay_bounded() -> None:
+    vla = tiny()
+    px = make_inputs(vla, batch=1)["pixel_values"]
+    apply_token_reduction_to_vla(vla, **SITES[1])
+    try:
+        with torch.no_grad():
+            for _ in range(MAX_IMAGES + 5):
+                vla.vision_backbone.featurizer(px[:, :3])
+            assert len(get_token_reduction(vla)._chosen) <= MAX_IMAGES
+            vla.vision_backbone(px)  # a whole backbone forward starts afresh
+        assert get_token_reduction(vla)._chosen == []
+    finally:
+        remove_token_reduction(vla)
+
+
+def test_reduction_call_without_a_reduction_records_nothing() -> None:
+    vla = tiny()
+    inp = make_inputs(vla, batch=1)
+    with torch.no_grad(), reduction_call(vla) as call:
+        vla(**inp)
+    assert call.kept is None and call.llm_kept is None and scope_of(vla) is None
+
+
+@pytest.mark.parametrize("attach_first", [True, False])
+def test_peft_wrapped_calls_are_scoped_on_the_inner_model(attach_first: bool) -> None:
+    """Attached before or after PEFT wraps the model: the scope sits on the inner VLA, whose own methods every
+    wrapper call ends in, so generate through the wrapper hands on the kept tokens and nothing crosses."""
+    peft = pytest.importorskip("peft")
+    vla = build_vla("tiny", seed=0)  # not the shared tiny(): PEFT changes the model it wraps
+    inp = make_inputs(vla, batch=1)
+    if attach_first:
+        apply_token_reduction_to_vla(vla, **SITES[1])
+    wrapped = peft.get_peft_model(vla, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    if not attach_first:
+        apply_token_reduction_to_vla(wrapped, **SITES[1])
+    try:
+        assert scope_of(wrapped) is scope_of(vla) is not None and SCOPE_ATTR in vars(vla)
+        with torch.no_grad(), reduction_call(wrapped) as call:
+            wrapped.generate(inp["input_ids"], inp["pixel_values"], max_new_tokens=2)
+        assert call.kept is not None and call.kept.shape == (1, 64) and call.positions_taken
+    finally:
+        remove_token_reduction(wrapped)
+    assert scope_of(vla) is None and SCOPE_ATTR not in vars(vla)
