@@ -27,9 +27,8 @@ from prismatic_tr.policy.metaworld_diagnosis import curves_markdown, diagnose_fa
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    from prismatic_tr.cli import check_int_flag
-    from prismatic_tr.envs.metaworld.tasks import metaworld_task
     from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.policy.metaworld_eval import check_metaworld_command
 
     ap = argparse.ArgumentParser(prog="metaworld_failures.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--vla_path", type=Path, default=bundled_metaworld_policy_dir(),
@@ -42,13 +41,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.tasks = args.tasks.split(",")
     try:
-        for task in args.tasks:
-            metaworld_task(task)
-        check_int_flag("episodes", args.episodes, 2)
+        check_metaworld_command(args.tasks, args.episodes, 2, args.vla_path)
     except ValueError as err:
         ap.error(str(err))
-    if not (args.vla_path / "config.json").is_file():
-        ap.error(f"--vla_path {str(args.vla_path)!r} is not a checkpoint directory (no config.json)")
     return args
 
 

@@ -33,8 +33,8 @@ PROG = "metaworld_state_use.py"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    from prismatic_tr.cli import check_int_flag
-    from prismatic_tr.envs.metaworld.tasks import MT10, metaworld_task
+    from prismatic_tr.envs.metaworld.tasks import MT10
+    from prismatic_tr.policy.metaworld_eval import check_metaworld_command
 
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--vla_path", type=Path, required=True, help="an OFT checkpoint with metaworld_mt10 statistics")
@@ -44,12 +44,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="whose seeds: validation (unseen goals) or demonstrations (the training episodes)")
     args = ap.parse_args(argv)
     try:
-        metaworld_task(args.task)
-        check_int_flag("episodes", args.episodes, 1)
+        check_metaworld_command([args.task], args.episodes, 1, args.vla_path)
     except ValueError as err:
         ap.error(str(err))
-    if not (args.vla_path / "config.json").is_file():
-        ap.error(f"--vla_path {str(args.vla_path)!r} is not a checkpoint directory (no config.json)")
     return args
 
 

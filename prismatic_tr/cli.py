@@ -175,6 +175,12 @@ def report_bad_input(prog: str, err: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
+def check_checkpoint_dir(flag: str, path: str | Path) -> None:
+    """``ValueError`` naming ``--flag`` when ``path`` holds no ``config.json`` (no checkpoint directory)."""
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"--{flag} {str(path)!r} is not a checkpoint directory (no config.json)")
+
+
 def parse_config_or_exit(config_class: type[T], args: Sequence[str] | None, prog: str,
                          description: str | None = None) -> T:
     """:func:`parse_config`, printing ``{prog}: error: ...`` and exiting with status 2 on a bad value."""

@@ -130,3 +130,19 @@ def metaworld_runs_table(src: Sources) -> str:
              "held-out goals. Records: `benchmarks/results/metaworld/`, the shipped policy's "
              "`prismatic_tr/assets/metaworld_policy/evaluation.json`."]
     return "\n".join(table_lines(header, rows) + notes)
+
+
+def metaworld_recall_table(src: Sources) -> str:
+    """docs/results/metaworld.md: which patches each selection keeps, per camera, pooled over the tasks
+    (``metaworld/recall/recall.json``, ``benchmarks/metaworld_recall.py``)."""
+    from prismatic_tr.bench.vla.metaworld_recall import markdown
+
+    rec = src.metaworld_recall
+    if rec is None:
+        return "Not measured yet: `python benchmarks/metaworld_recall.py` writes `benchmarks/results/metaworld/recall/`."
+    notes = ["", f"Recall: of the patches that show the label (at least one pixel of it, from a segmentation render), "
+             f"the share the setting passes to the projector, pooled over {len({r['task'] for r in rec['rows']})} "
+             f"tasks x {rec['episodes_per_task']} {rec['split']} seeds x 2 observations ({rec['observations']}); "
+             "tokens kept: per camera and observation, of 256. "
+             f"`{rec['command']}`, the policy `{rec['vla_path']}`, {rec['dtype']}; every task's rows in the JSON."]
+    return markdown(rec) + "\n" + "\n".join(notes)

@@ -32,7 +32,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.report.figure import FIGURE, draw, embedded_data, figure_data
-from benchmarks.report.metaworld import metaworld_policy_table, metaworld_runs_table, metaworld_table
+from benchmarks.report.metaworld import (
+    metaworld_policy_table,
+    metaworld_recall_table,
+    metaworld_runs_table,
+    metaworld_table,
+)
 from benchmarks.report.oft import (
     main_oft_rows,
     main_oft_table,
@@ -58,6 +63,7 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("docs/results/gpu.md", "gpu_h100", gpu_table),
     ("docs/results/metaworld.md", "metaworld_policy", metaworld_policy_table),
     ("docs/results/metaworld.md", "metaworld", metaworld_table),
+    ("docs/results/metaworld.md", "metaworld_recall", metaworld_recall_table),
     ("docs/results/serving.md", "serve", serve_table),
     ("docs/results/tabletop.md", "tabletop_policies", tabletop_policies_table),
     ("docs/guides/benchmarking.md", "exact", exact_table),

@@ -74,6 +74,7 @@ GPU_RUN = RESULTS / "gpu_h100" / "run2"
 GPU_FILES = {batch: {"OpenVLA-7B": GPU_RUN / f"b{batch}" / "results.json",
                      "OpenVLA-OFT-7B": GPU_RUN / f"b{batch}" / "oft" / "results.json"} for batch in (1, 8)}
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
+METAWORLD_RECALL = RESULTS / "metaworld" / "recall" / "recall.json"  # benchmarks/metaworld_recall.py
 COMMAND_TIMINGS = RESULTS / "commands"  # benchmarks/time_commands.py: the README's two commands on fresh clones
 
 
@@ -102,6 +103,7 @@ class Sources:
     test100_5obj: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test_5obj.json
     metaworld_runs: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]  # METAWORLD_RUNS read, in order
     commands: list[dict[str, Any]]  # commands/*.json: the README's two commands timed on fresh clones
+    metaworld_recall: dict[str, Any] | None  # metaworld/recall/recall.json (None: not measured)
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -126,7 +128,8 @@ class Sources:
                    test100_5obj=by_setting(root / SELECTION_TEST_5OBJ),
                    metaworld_runs=[(read_json(root / rec) if rec else None, [read_json(root / p) for p in parts])
                                    for _, rec, parts in METAWORLD_RUNS],
-                   commands=[read_json(p) for p in command_timing_files(root)])
+                   commands=[read_json(p) for p in command_timing_files(root)],
+                   metaworld_recall=read_json(root / METAWORLD_RECALL) if (root / METAWORLD_RECALL).is_file() else None)
 
 
 def source_files(root: Path = ROOT) -> list[Path]:
@@ -145,7 +148,7 @@ def source_files(root: Path = ROOT) -> list[Path]:
     found += [p for run in sorted(runs) for p in sorted((root / FINETUNE / run).glob("eval_test*.json"))]
     found += [f for kind in OFT_POLICY for f in oft_policy_files(root, kind)]
     found += metaworld_table_files(root) + metaworld_finetune_files(root) + serve_report_files(root)
-    found += command_timing_files(root)
+    found += command_timing_files(root) + [root / METAWORLD_RECALL]
     return list(dict.fromkeys(p for p in found if p.is_file()))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from prismatic_tr.cli import BadInputError, check_int_flag
+from prismatic_tr.cli import BadInputError, check_checkpoint_dir, check_int_flag
 from prismatic_tr.envs.metaworld.tasks import DEFAULT_IMAGE_SIZE, MT10, check_image_size, metaworld_task
 from prismatic_tr.policy.bundled import BUNDLED_METAWORLD_POLICY_DIR
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
@@ -71,8 +71,7 @@ class EvalMetaWorldConfig:
             raise ValueError(f"--settings {self.settings!r} is not allowed; start with 'none' (the unreduced "
                              "baseline every speedup is relative to)")
         self.vla_path, self.output_dir = Path(self.vla_path), Path(self.output_dir)
-        if not (self.vla_path / "config.json").is_file():
-            raise ValueError(f"--vla_path {str(self.vla_path)!r} is not a checkpoint directory (no config.json)")
+        check_checkpoint_dir("vla_path", self.vla_path)
         if self.output_dir.is_file():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
         if self.resume:
@@ -186,3 +185,12 @@ def run_meta(cfg: EvalMetaWorldConfig, vla: Any, command: str, journal: dict[str
             "torch_threads": torch.get_num_threads(), "episode_workers": cfg.workers,
             "episode_worker_threads": worker_threads(cfg.workers) if cfg.workers > 1 else torch.get_num_threads(),
             "torch_version": torch.__version__, "machine": machine_info(), "wall_s": round(wall_s, 1)}
+
+
+def check_metaworld_command(tasks: list[str], episodes: int, min_episodes: int, vla_path: Path) -> None:
+    """The checks every MetaWorld measurement command makes before any work: each task one of MT10, ``--episodes``
+    an integer >= ``min_episodes``, ``--vla_path`` a checkpoint directory (``ValueError`` naming the bad value)."""
+    for task in tasks:
+        metaworld_task(task)
+    check_int_flag("episodes", episodes, min_episodes)
+    check_checkpoint_dir("vla_path", vla_path)

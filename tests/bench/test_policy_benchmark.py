@@ -473,3 +473,27 @@ def test_each_setting_costs_one_untimed_pass_beside_its_timed_ones(vla, monkeypa
     assert dict(calls) == {"step": 2 * (1 + 2), "predict_action": 2 * (1 + 2), "generate": 2}
     assert records[0]["action_token_agreement"] == 1.0 and records[0]["action_mae"] == 0.0
     assert records[0]["step_matches_generate"] == 1.0 and records[1]["step_matches_generate"] == 1.0
+
+
+def test_metaworld_recall_pools_by_labelled_patches_and_refuses_bad_flags(tmp_path, capsys):
+    from benchmarks import metaworld_recall as command
+    from prismatic_tr.bench.vla.metaworld_recall import markdown, pooled
+
+    def row(task, camera, recall, patches, frames=2):
+        return {"setting": "diverse:0.1", "task": task, "camera": camera, "observations": frames,
+                "kept_tokens": 26.0, "object_patches": patches, "object_recall": recall, "goal_patches": 0.0,
+                "goal_recall": None, "gripper_patches": 1.0, "gripper_recall": 1.0}
+
+    rows = [row("push-v3", "corner3", 0.5, 2.0), row("reach-v3", "corner3", 1.0, 6.0),
+            row("push-v3", "gripperPOV", 0.0, 4.0), row("reach-v3", "gripperPOV", None, 0.0)]
+    out = {(r["setting"], r["camera"]): r for r in pooled(rows)}
+    assert out[("diverse:0.1", "corner3")]["object_recall"] == pytest.approx((0.5 * 2 + 6) / 8)
+    assert out[("diverse:0.1", "gripperPOV")]["object_recall"] == 0.0
+    assert out[("diverse:0.1", "corner3")]["goal_recall"] is None
+    table = markdown({"rows": rows})
+    assert "| `diverse:0.1` | corner3 | 26.0 | 88 % (4.0) | - | 100 % (1.0) |" in table
+    for argv, word in ((["--episodes", "0"], "episodes"), (["--tasks", "fly-v3"], "fly-v3"),
+                       (["--vla_path", str(tmp_path)], "config.json")):
+        with pytest.raises(SystemExit) as exit_info:
+            command.parse(argv)
+        assert exit_info.value.code == 2 and word in capsys.readouterr().err

@@ -352,3 +352,34 @@ def test_metaworld_evaluation_refuses_bad_tasks_and_splits_before_any_episode():
         run_metaworld(None, None, ["reach-v3", "fly-v3"], "test", 2, "k")
     with pytest.raises(ValueError, match="'offline' is not allowed"):
         run_metaworld(None, None, ["reach-v3"], "offline", 2, "k")
+
+
+def check_patch_labels_follow_the_scene() -> None:
+    from prismatic_tr.envs.metaworld.env import MetaWorldEnv
+    from prismatic_tr.envs.metaworld.patch_labels import LABELS, PatchLabeller
+
+    with MetaWorldEnv("push-v3", image_size=SIZE) as env:
+        env.reset(1_000_000)
+        with PatchLabeller(env, grid=4) as labeller:
+            pixels = labeller.pixel_labels("corner3")
+            assert pixels.shape == (SIZE, SIZE) and set(np.unique(pixels)) <= {-1, 0, 1, 2}
+            third, wrist = labeller.labels("corner3"), labeller.labels("gripperPOV")
+            assert set(third) == set(LABELS) and all(v.shape == (16,) and v.dtype == bool for v in third.values())
+            assert third["object"].any() and third["goal"].any() and third["gripper"].any()  # puck, marker, hand
+            assert wrist["gripper"].sum() > third["gripper"].sum()  # the wrist camera sees its own fingers large
+            # a patch is labelled where its pixels are: the block sums of the pixel map
+            blocks = (pixels == LABELS.index("object")).reshape(4, SIZE // 4, 4, SIZE // 4).sum(axis=(1, 3))
+            assert np.array_equal(third["object"], blocks.reshape(-1) >= 1)
+            moved = env.step(np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])).observation  # the hand moves up, the puck stays
+            assert moved is not None and np.array_equal(labeller.labels("corner3")["object"], third["object"])
+        try:
+            PatchLabeller(env, grid=5)
+        except ValueError as err:
+            assert "grid=5" in str(err)
+        else:
+            raise AssertionError("a grid that does not divide the frame was accepted")
+
+
+@needs_metaworld
+def test_patch_labels_name_the_object_the_goal_and_the_gripper():
+    run_fresh("check_patch_labels_follow_the_scene")
