@@ -124,8 +124,15 @@ def headline_speed(rec: dict[str, Any] | None, adapter: bool = False) -> str:
     return text + (ADAPTER_MARK if adapter else "")
 
 
+def cores_of(meta: dict[str, Any]) -> int | None:
+    """The core count a results file records: ``machine.cores`` (``bench.measure.devices.machine_info``) or, in the
+    policy-step benchmark's files, ``machine.cpu_count``."""
+    machine = meta.get("machine", {})
+    return machine.get("cores", machine.get("cpu_count"))
+
+
 def machine_words(meta: dict[str, Any]) -> str:
-    cores = meta.get("machine", {}).get("cpu_count")
+    cores = cores_of(meta)
     return f"{cpu_words(meta)}" + (f", {cores} cores" if cores else "")
 
 

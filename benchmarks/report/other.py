@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report.cells import cpu_words, end_to_end, recomputed, table_lines
+from benchmarks.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
 from benchmarks.report.sources import GPU_RUN, Sources
 
 
@@ -33,7 +33,7 @@ def gpu_table(src: Sources) -> str:
     facts = ["", "Unreduced phases (medians): " + "; ".join(
         f"{m} batch {b}: {_gpu_phases(by_setting[(b, m)]['none'])}" for b, m in columns) + ".",
              "", f"Measured by `bash benchmarks/gpu/run_7b.sh OUT` on {meta['machine'].get('gpu')}, host "
-             f"{cpu_words(meta)} with {meta['machine'].get('cpu_count')} cores (torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
+             f"{cpu_words(meta)} with {cores_of(meta)} cores (torch {meta['versions']['torch']}, transformers {meta['versions']['transformers']}), "
              f"{meta['date_utc'][:16]} UTC; {meta['config']['num_runs']} interleaved rounds after "
              f"{meta['config']['warmup']} warm-up; `*`: the row is flagged noisy (spread or phase drift), not a result{recomputed(meta)}; "
              f"results in `{GPU_RUN.as_posix()}/`."]
@@ -67,7 +67,7 @@ def commands_table(src: Sources) -> str:
         for run in rec["runs"]:
             status = "" if run["exit_status"] == 0 else f" (exit {run['exit_status']})"
             install = f"{run['install_s']:.0f} s" if run.get("install_s") is not None else "-"
-            rows.append([f"`{run['command']}`", cpu_words(rec) + f", {rec['machine']['cores']} cores",
+            rows.append([f"`{run['command']}`", cpu_words(rec) + f", {cores_of(rec)} cores",
                          rec["dtype_auto"], f"{run['wall_s'] / 60:.1f} min{status}", install,
                          f"{rec['date_utc'][:10]}, `{rec['commit'][:7]}`"])
     header = ["command", "CPU", "`--dtype auto`", "wall time, install included", "of which install", "measured"]

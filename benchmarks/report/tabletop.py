@@ -9,6 +9,7 @@ from benchmarks.report.cells import (
     ADAPTER_MARK,
     NOISY,
     best_words,
+    cores_of,
     cpu_words,
     cut_words,
     describe,
@@ -126,7 +127,7 @@ def policy_table(src: Sources) -> str:
     facts = [
         f"- Command: `{meta.get('command', MAIN_COMMAND)}`; {meta.get('date_utc', '?')} UTC; "
         f"{meta.get('wall_s', '?')} s wall time; {meta.get('noisy_rows', '?')} rows flagged noisy{recomputed(meta)}.",
-        f"- Machine: {cpu_words(meta)}, {meta.get('machine', {}).get('cpu_count', '?')} cores, "
+        f"- Machine: {cpu_words(meta)}, {cores_of(meta) or '?'} cores, "
         f"{meta.get('machine', {}).get('torch_threads', '?')} torch threads, load average {load} at start; "
         f"torch {meta.get('versions', {}).get('torch', '?')}, transformers "
         f"{meta.get('versions', {}).get('transformers', '?')}.",
