@@ -14,7 +14,7 @@ setting's (copied, not timed twice). Speed is the cpu-bench model's, success the
 fractions of tokens and of depth, applied to each model (the block each cuts after is in the ``cut`` column).
 Prints a table and writes ``results.csv``, ``results.json`` (with the CPU model and features), ``results.png`` and
 ``tradeoff.png`` into ``--output_dir``. One progress bar covers the whole job, with an estimate of the time left.
-``python -m benchmarks.report`` then writes the README tables from the committed files.
+``python -m tools.report`` then writes the README tables from the committed files.
 
 ``--full true`` runs the full sweep instead: every projector method x ``--ratios`` (``spatial_pool`` at merge
 sizes 2 and 4), every site setting of ``FULL_SITE_SETTINGS``, each beside its v0.2 ``:compact`` numbering where

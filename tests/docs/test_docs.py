@@ -12,8 +12,8 @@ import yaml
 from helpers.pointers import pointers
 
 import prismatic_tr
-from benchmarks.report import figure
-from benchmarks.report import pages as report_pages
+from tools.report import figure
+from tools.report import pages as report_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -1,6 +1,6 @@
 """The README's quick start runs as written (on the bundled policy and a shipped adapter: nothing to download), and
 every number in a generated table (the README's headline, the docs' results pages, the results READMEs) and in the
-README's figure is the one in its results file (benchmarks.report)."""
+README's figure is the one in its results file (tools.report)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import cells as report_cells
-from benchmarks.report import figure, pages, sources, tabletop
+from tools.report import cells as report_cells
+from tools.report import figure, pages, sources, tabletop
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS_PAGES = ROOT / "docs" / "results"
-REGENERATE = "python -m benchmarks.report"
+REGENERATE = "python -m tools.report"
 
 
 def quick_start() -> str:

@@ -10,7 +10,7 @@ from prismatic_tr.serve.report import in_reading_order, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "benchmarks" / "results" / "serve"
-SERVE_PAGE = "docs/results/serving.md"  # the page the serving table lives in (benchmarks.report)
+SERVE_PAGE = "docs/results/serving.md"  # the page the serving table lives in (tools.report)
 
 
 def readme_block(name: str) -> str:

@@ -21,12 +21,12 @@ import torch
 from helpers.metaworld import MISSING, needs_metaworld
 from helpers.oft_fixtures import write_tiny_base
 
-from benchmarks.report import cells, metaworld
 from prismatic_tr.envs.metaworld.tasks import STATE_FIELDS
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
 from prismatic_tr.policy.metaworld_recipe import provenance
 from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
 from prismatic_tr.vla.spec import parse_setting
+from tools.report import cells, metaworld
 from vla_scripts import eval_metaworld, train_metaworld_policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.report.cells import ADAPTER_MARK, cpu_words, pct, table_lines
-from benchmarks.report.sources import METAWORLD_RUNS, Sources
+from tools.report.cells import ADAPTER_MARK, cpu_words, pct, table_lines
+from tools.report.sources import METAWORLD_RUNS, Sources
 
 
 def metaworld_policy_table(src: Sources) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report.cells import (
+from tools.report.cells import (
     ADAPTER_MARK,
     cpu_words,
     describe,
@@ -15,7 +15,7 @@ from benchmarks.report.cells import (
     success_exact,
     table_lines,
 )
-from benchmarks.report.sources import Sources
+from tools.report.sources import Sources
 
 
 def main_oft_rows(src: Sources) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
-from benchmarks.report.sources import GPU_RUN, Sources
+from tools.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
+from tools.report.sources import GPU_RUN, Sources
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:

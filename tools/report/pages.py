@@ -16,12 +16,12 @@ reports), ``exact/cpu_bench.json``, ``policy_training/`` and the MetaWorld runs'
 ``<!-- table:NAME start -->`` and ``<!-- table:NAME end -->`` in exactly one page (``TABLES``: the README's
 headline, the rest in ``docs/results/`` and two guides); everything between the markers is rewritten. The README's
 picture, the speed-success trade-off of the main job (``docs/assets/tradeoff.png``), is
-drawn from ``policy/results.json`` with its data embedded in the PNG (:mod:`benchmarks.report.figure`).
+drawn from ``policy/results.json`` with its data embedded in the PNG (:mod:`tools.report.figure`).
 Every speed called end to end is ``predict_action_speedup`` (the whole ``predict_action``, baseline interleaved);
 the phase-sum ``speedup`` is labelled "phase sum". A figure flagged noisy by its run is never a headline.
 
-    python -m benchmarks.report            # rewrite the tables and the figure
-    python -m benchmarks.report --check    # exit 1 naming each page (or figure) that differs
+    python -m tools.report            # rewrite the tables and the figure
+    python -m tools.report --check    # exit 1 naming each page (or figure) that differs
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks.report.figure import FIGURE, draw, embedded_data, figure_data
-from benchmarks.report.metaworld import (
+from tools.report.figure import FIGURE, draw, embedded_data, figure_data
+from tools.report.metaworld import (
     metaworld_policy_table,
     metaworld_recall_table,
     metaworld_runs_table,
     metaworld_table,
 )
-from benchmarks.report.oft import (
+from tools.report.oft import (
     main_oft_rows,
     main_oft_table,
     oft_avx2_table,
@@ -46,9 +46,9 @@ from benchmarks.report.oft import (
     oft_frozen_table,
     oft_table,
 )
-from benchmarks.report.other import commands_table, exact_table, gpu_table, serve_table
-from benchmarks.report.sources import ROOT, Sources
-from benchmarks.report.tabletop import headline_table, main_table, policy_table, tabletop_policies_table
+from tools.report.other import commands_table, exact_table, gpu_table, serve_table
+from tools.report.sources import ROOT, Sources
+from tools.report.tabletop import headline_table, main_table, policy_table, tabletop_policies_table
 
 # (page path relative to the root, table name, renderer): each table in exactly one page
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
@@ -104,7 +104,7 @@ def figure_is_current(root: Path = ROOT, src: Sources | None = None) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report",
+    parser = argparse.ArgumentParser(prog="python -m tools.report",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table or the figure differs")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this checkout)")
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figure_stale = not figure_is_current(args.root, src)
     for path in stale:
         if args.check:
-            print(f"{path}: a table differs from its results files; run python -m benchmarks.report",
+            print(f"{path}: a table differs from its results files; run python -m tools.report",
                   file=sys.stderr)
         else:
             path.write_text(texts[path])
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if figure_stale:
         if args.check:
             print(f"{args.root / FIGURE}: the figure's data differs from its results file; run "
-                  "python -m benchmarks.report", file=sys.stderr)
+                  "python -m tools.report", file=sys.stderr)
         else:
             print(f"wrote {draw(figure_data(src.main), args.root / FIGURE)}")
     return 1 if args.check and (stale or figure_stale) else 0

@@ -2,7 +2,7 @@
 ``benchmarks/results/policy/results.json`` with the plotted numbers embedded in the PNG (a ``tEXt`` chunk), so a
 test can check the picture against its results file without comparing pixels across matplotlib versions.
 
-    python -m benchmarks.report            # writes docs/assets/tradeoff.png with the tables
+    python -m tools.report            # writes docs/assets/tradeoff.png with the tables
 
 One point per row: x the whole ``predict_action``'s speed-up on ``cpu-bench`` (random weights), y the bundled
 policy's success on the main job's test episodes with its Wilson interval; one marker per site, an adapter's point

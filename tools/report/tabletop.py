@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report.cells import (
+from tools.report.cells import (
     ADAPTER_MARK,
     NOISY,
     best_words,
@@ -24,7 +24,7 @@ from benchmarks.report.cells import (
     success_exact,
     table_lines,
 )
-from benchmarks.report.sources import MAIN_COMMAND, OFT_POLICY_DIR, RESULTS, TABLETOP_POLICIES, Sources
+from tools.report.sources import MAIN_COMMAND, OFT_POLICY_DIR, RESULTS, TABLETOP_POLICIES, Sources
 
 # ---------------------------------------------------------------- tables
 
