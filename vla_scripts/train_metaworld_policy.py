@@ -9,12 +9,17 @@ With its defaults (``prismatic_tr.policy.metaworld_recipe``):
    cameras (``corner3``, ``gripperPOV``, 224 px) and the 7-D state, as RLDS (``--data_root`` reuses written ones);
 2. an OFT model made from the bundled tabletop policy (its towers, projector and Llama), a new proprio projector and
    L1-regression head; 2 images, a chunk of 8 x 7 actions, causal attention over the one pass;
-3. AdamW on the L1 loss of the normalised chunk, towers trained too, lr 5e-4, 100 warm-up steps, cosine over 4000
-   steps, batch 16, seed 0, a checkpoint every 1000 steps;
-4. the policy: the checkpoint with the most successes over 10 validation episodes of each task, copied to
-   ``<output_dir>/policy`` (what ``vla_scripts/eval_metaworld.py`` reads by default);
-5. its closed-loop success on 50 test episodes per task (held-out goals), each chunk executed open loop.
+3. stage 1 (in ``<output_dir>/stage1``): AdamW on the L1 loss of the normalised chunk, towers trained too, lr 5e-4,
+   100 warm-up steps, cosine over 4000 steps, batch 16, seed 0, a checkpoint every 1000 steps;
+4. stage 1's policy: the checkpoint with the most successes over 10 validation episodes of each task;
+5. stage 2 (``--refine.*``): that policy trained 1500 steps more (lr 2e-4, 50 warm-up steps, a checkpoint every
+   500) on demonstrations of its own: 80 of reach, 120 of push, 120 of pick-place, 60 of peg-insert-side, 20 of
+   each other task, and chosen again on validation; copied to ``<output_dir>/policy`` (what
+   ``vla_scripts/eval_metaworld.py`` reads by default). ``--refine.max_steps 0`` stops after stage 1; a fine-tune
+   (``--init_oft``, ``--setting``) has no stage 2;
+6. its closed-loop success on 50 test episodes per task (held-out goals), each chunk executed open loop.
 
+A cut-off run resumes where it stopped (the same command again): a finished stage is not run again.
 Each closed-loop evaluation runs in spawned worker processes (`--eval_workers`, 2 by default; MetaWorld's OSMesa and
 tensorflow cannot share one).
 Bad flags exit with status 2 before any work.

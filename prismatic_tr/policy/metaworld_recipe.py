@@ -6,15 +6,24 @@ MetaWorld's scripted-expert demonstrations (:mod:`prismatic_tr.envs.metaworld.de
 OpenVLA-style checkpoint (the bundled tabletop policy by default: its towers, projector and Llama) with a new
 proprio projector and L1 head, 2 cameras (``corner3``, ``gripperPOV``), the 7-D state (effector, gripper, goal), a chunk of 8 -> AdamW on the L1 loss of the normalised chunk, towers trained too
 (MetaWorld's scenes look nothing like the tabletop's) -> the saved checkpoint with the most successes on validation
-episodes of every task -> closed-loop success per task on the test seeds (held-out goals), with Wilson intervals.
+episodes of every task (stage 1) -> that policy trained further on more demonstrations of the tasks it fails and
+chosen again on validation (stage 2, :class:`RefineConfig`; the diagnosis that led to it:
+``benchmarks/results/metaworld/diagnosis``) -> closed-loop success per task on the test seeds (held-out goals),
+with Wilson intervals.
 
-Output directory layout::
+Output directory layout of a stage (and of a whole run without stage 2: ``--refine.max_steps 0``, and every
+fine-tune from ``--init_oft``)::
 
     data/metaworld_mt10/1.0.0, demos.json   the demonstrations (unless --data_root names written ones)
     checkpoints/step_N                      every save_steps (OFT's layout, as oft_recipe writes them)
     policy/                                 a copy of the chosen checkpoint
     training_curve.csv                      loss / lr / step time per step
     evaluation.json                         settings, demonstrations, selection, success per task and split, minutes
+
+With stage 2 the run holds ``stage1/`` and ``stage2/`` laid out so (each stage's ``evaluation.json`` without a
+test), the final ``policy/`` and an ``evaluation.json`` of the whole run (both stages' records under ``stages``,
+the test). A stage whose record is there, written by the same training flags, is not run again: a cut-off run
+resumes where it stopped (mid-training too: :mod:`prismatic_tr.policy.train_state`).
 
 Training reads the demonstrations with tensorflow (tf.data), and MetaWorld's OSMesa rendering cannot share a
 process with it (:mod:`prismatic_tr.envs.metaworld.env`): every closed-loop evaluation runs in a spawned child
@@ -30,6 +39,7 @@ tabletop policy): training, choice and evaluation all run with the setting attac
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +60,26 @@ from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
 
 DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
 NUM_IMAGES = 2               # corner3 and gripperPOV
+# Stage 2's demonstrations: the tasks stage 1 fails get more (more goal and object positions to read from the
+# cameras: benchmarks/results/metaworld/diagnosis), the others 20 so that they are not forgotten.
+REFINE_TASK_EPISODES = {"reach-v3": 80, "push-v3": 120, "pick-place-v3": 120, "peg-insert-side-v3": 60}
+REFINE_STEPS = 1500          # stage 2's steps when the run trains the reference policy
+
+
+@dataclass
+class RefineConfig:
+    """Stage 2: the policy stage 1 chose, trained on demonstrations of its own (``<output_dir>/stage2/data``) with
+    more of the tasks it fails, at a lower rate; its checkpoints are chosen on validation as stage 1's are."""
+
+    # fmt: off
+    max_steps: int | None = None               # null: 1500 when the run trains the reference policy (no --init_oft,
+                                               #   --setting none), 0 (no stage 2) when it fine-tunes one
+    episodes_per_task: int = 20                # demonstrations per task (seeds 0, 1, ... as stage 1's)
+    task_episodes: dict[str, int] = field(default_factory=lambda: dict(REFINE_TASK_EPISODES))  # per-task counts
+    learning_rate: float = 2e-4                # AdamW peak rate (cosine to 10 % at max_steps after the warm-up)
+    lr_warmup_steps: int = 50                  # linear warm-up steps
+    save_steps: int = 500                      # checkpoint interval: the candidates
+    # fmt: on
 
 
 @dataclass
@@ -60,6 +90,7 @@ class MetaWorldPolicyTrainConfig:
     output_dir: Path = Path("outputs/metaworld_policy")  # data/, checkpoints/, training_curve.csv, evaluation.json
     data_root: Path | None = None              # demonstrations written before by make_metaworld_demos.py (holding
                                                #   metaworld_mt10/); default: written into <output_dir>/data
+                                               #   (<output_dir>/stage1/data; stage 2 always writes its own)
     episodes_per_task: int = 50                # expert demonstrations per task (when the command writes them)
     task_episodes: dict[str, int] = field(default_factory=dict)  # per-task counts overriding episodes_per_task
                                                #   (e.g. '{reach-v3: 100}'; when the command writes them)
@@ -91,8 +122,9 @@ class MetaWorldPolicyTrainConfig:
                                                #   evaluation.json, demos.json) here (the shipped policy:
                                                #   prismatic_tr/assets/metaworld_policy)
     resume: bool = True                        # continue the training state an earlier run with the same training
-                                               #   flags left in output_dir (false: start afresh)
+                                               #   flags left in output_dir, skip a stage it finished (false: afresh)
     progress: bool = True                      # progress bars
+    refine: RefineConfig = field(default_factory=RefineConfig)  # stage 2 (--refine.max_steps 0: none)
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -108,6 +140,7 @@ class MetaWorldPolicyTrainConfig:
         for task in self.tasks:
             metaworld_task(task)
         check_training_flags(self)
+        self.check_refine()
         if self.data_root is not None:
             self.data_root = Path(self.data_root)
             if not (self.data_root / DATASET).is_dir():
@@ -116,7 +149,7 @@ class MetaWorldPolicyTrainConfig:
             check_demo_state(self.data_root / DATASET / "demos.json")
         else:
             self.demo_config()   # its own checks (seed range)
-            written = self.output_dir / "data" / DATASET / "demos.json"
+            written = self.output_dir / ("stage1" if self.refine_steps else "") / "data" / DATASET / "demos.json"
             if written.is_file():
                 held = json.loads(written.read_text())["config"]
                 per_task, per_named = held.get("episodes_per_task"), held.get("task_episodes") or {}
@@ -137,7 +170,47 @@ class MetaWorldPolicyTrainConfig:
                                  f", not --proprio_slots {self.proprio_slots}: pass the policy's own value")
         for split, n in ((VALIDATION, self.select_episodes or 1), (TEST, self.test_episodes)):
             split_seeds(split, n, splits=METAWORLD_SPLITS)
-        check_resumable(self)
+        if self.refine_steps == 0:
+            check_resumable(self)
+
+    def check_refine(self) -> None:
+        """Stage 2's flags, checked before any work (ValueError naming the first bad one)."""
+        r = self.refine
+        if isinstance(r, dict):
+            r = self.refine = RefineConfig(**r)
+        if r.max_steps is not None:
+            check_int_flag("refine.max_steps", r.max_steps, 0)
+        for name, low in (("episodes_per_task", 1), ("lr_warmup_steps", 0), ("save_steps", 1)):
+            check_int_flag(f"refine.{name}", getattr(r, name), low)
+        if not r.learning_rate > 0:
+            raise ValueError(f"--refine.learning_rate {r.learning_rate!r} is not allowed; use a number > 0")
+        for task, n in r.task_episodes.items():
+            if task not in MT10:
+                raise ValueError(f"--refine.task_episodes names {task!r}; the tasks are {list(MT10)}")
+            check_int_flag(f"refine.task_episodes[{task}]", n, 1)
+
+    @property
+    def refine_steps(self) -> int:
+        """Stage 2's steps (0: no stage 2): ``refine.max_steps``, or by default :data:`REFINE_STEPS` when the run
+        trains the reference policy and 0 when it fine-tunes one (``--init_oft``) or trains under a setting."""
+        if self.refine.max_steps is not None:
+            return self.refine.max_steps
+        return REFINE_STEPS if self.init_oft is None and self.setting == "none" else 0
+
+    def stage(self, number: int, init_oft: Path | None = None) -> "MetaWorldPolicyTrainConfig":
+        """Stage ``number``'s own config (1 or 2; no stage 2 in it, no install), in ``<output_dir>/stage<number>``;
+        stage 2 starts from ``init_oft`` (stage 1's policy) with :class:`RefineConfig`'s flags."""
+        import dataclasses
+
+        common = {"output_dir": self.output_dir / f"stage{number}", "install_dir": None,
+                  "refine": dataclasses.replace(self.refine, max_steps=0)}
+        if number == 1:
+            return dataclasses.replace(self, **common)
+        r = self.refine
+        return dataclasses.replace(self, **common, init_oft=init_oft, data_root=None,
+                                   episodes_per_task=r.episodes_per_task, task_episodes=dict(r.task_episodes),
+                                   max_steps=self.refine_steps, learning_rate=r.learning_rate,
+                                   lr_warmup_steps=r.lr_warmup_steps, save_steps=r.save_steps)
 
     def demo_config(self) -> Any:
         """The :class:`~prismatic_tr.envs.metaworld.demos.MetaWorldDemoConfig` of the demonstrations it writes."""
@@ -224,22 +297,41 @@ def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tup
     return choose_checkpoint(checkpoints, cfg.select_episodes, score, "episodes_per_task", " over the tasks")
 
 
-def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
-    """The whole recipe; returns (and writes to ``evaluation.json``) what it did and measured."""
-    from prismatic_tr.bench.measure.devices import cpu_info
-    from prismatic_tr.policy.oft_recipe import CURVE, install, start_policy, train_policy
+def finished_stage(cfg: MetaWorldPolicyTrainConfig, test: bool) -> dict[str, Any] | None:
+    """The record ``<output_dir>/evaluation.json`` of a run with ``cfg``'s training flags that got as far as this
+    one goes (its test too, when ``test``), or None (also with ``--resume false``)."""
+    from prismatic_tr.policy.train_state import training_identity
 
+    path = cfg.output_dir / "evaluation.json"
+    if not cfg.resume or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    same = training_identity(record.get("config", {}), False) == training_identity(cfg.to_record(), False)
+    return record if same and (TEST in record.get("evaluation", {}) or not test) else None
+
+
+def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, Any]:
+    """One training run in ``cfg.output_dir``: demonstrations, training, the choice on validation, the chosen
+    checkpoint copied to ``policy/`` and, with ``test``, its test episodes; returns (and writes to
+    ``evaluation.json``) what it did and measured. A run of the same flags that finished is returned as it is."""
+    from prismatic_tr.policy.oft_recipe import install, start_policy, train_policy
+
+    done = finished_stage(cfg, test)
+    if done is not None:
+        print(f"{cfg.output_dir}: finished before (evaluation.json), not run again")
+        return done
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg)
     t_demos = time.perf_counter()
     vla, processor, _, base = start_policy(cfg, data_root, DATASET)
     result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET)
+    del vla
     t_train = time.perf_counter()
     checkpoint, selection = choose(cfg, result.checkpoints)
     policy = install(checkpoint, [], cfg.output_dir / "policy")
     t_select = time.perf_counter()
-    test = evaluate(policy, TEST, cfg.test_episodes, cfg)
+    evaluation = {TEST: evaluate(policy, TEST, cfg.test_episodes, cfg)} if test else {}
     demos = data_root / DATASET / "demos.json"
     record = {
         "recipe": "prismatic_tr.policy.metaworld_recipe.run_recipe (vla_scripts/train_metaworld_policy.py)",
@@ -248,19 +340,67 @@ def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
         "demonstrations": {"data_root": str(data_root), **(json.loads(demos.read_text()) if demos.is_file() else {})},
         "training": {"steps": cfg.max_steps, "last_loss": result.history[-1]["loss"], "curve": "training_curve.csv",
                      "checkpoints": {str(k): str(v) for k, v in result.checkpoints.items()}},
-        "selection": selection, "checkpoint": str(checkpoint), "policy": str(policy), "execute_steps": cfg.execute_steps or cfg.chunk,
-        "evaluation": {TEST: test},
+        "selection": selection, "checkpoint": str(checkpoint), "policy": str(policy),
+        "execute_steps": cfg.execute_steps or cfg.chunk, "evaluation": evaluation,
         "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
-                    "selection": (t_select - t_train) / 60, "evaluation_test": test["wall_s"] / 60},
-        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-        "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()},
+                    "selection": (t_select - t_train) / 60,
+                    **({"evaluation_test": evaluation[TEST]["wall_s"] / 60} if test else {})},
+        **run_facts(cfg),
     }
-    text = json.dumps(record, indent=2) + "\n"
-    (cfg.output_dir / "evaluation.json").write_text(text)
+    (cfg.output_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def run_facts(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
+    """Where a run ran: torch's threads and version, the CPU, the cores, the autocast."""
+    from prismatic_tr.bench.measure.devices import cpu_info
+
+    return {"torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+            "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()}}
+
+
+def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
+    """The whole recipe: one stage (``refine_steps`` 0), or stage 1, stage 2 from its policy, and the test of
+    stage 2's; returns (and writes to ``<output_dir>/evaluation.json``) what it did and measured; with
+    ``install_dir``, the policy and its records are copied there."""
+    from prismatic_tr.policy.oft_recipe import CURVE, install
+
+    if cfg.refine_steps == 0:
+        record = run_stage(cfg)
+        curves = {CURVE: cfg.output_dir / CURVE}
+        demos = {"demos.json": Path(record["demonstrations"]["data_root"]) / DATASET / "demos.json"}
+    else:
+        first = run_stage(cfg.stage(1), test=False)
+        second_cfg = cfg.stage(2, init_oft=Path(first["policy"]))
+        second = run_stage(second_cfg, test=False)
+        record = two_stage_record(cfg, first, second)
+        policy = install(Path(second["policy"]), [], cfg.output_dir / "policy")
+        before = finished_stage(cfg, test=True)   # its test reused only for this very stage-2 policy
+        same = before is not None and before.get("stages", {}).get("stage2") == second
+        test = before["evaluation"][TEST] if same else evaluate(policy, TEST, cfg.test_episodes, cfg)
+        record["evaluation"] = {TEST: test}
+        record["minutes"]["evaluation_test"] = test["wall_s"] / 60
+        (cfg.output_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
+        curves = {f"training_curve_stage{i}.csv": cfg.output_dir / f"stage{i}" / CURVE for i in (1, 2)}
+        demos = {f"demos_stage{i}.json": Path(r["demonstrations"]["data_root"]) / DATASET / "demos.json"
+                 for i, r in ((1, first), (2, second))}
     if cfg.install_dir is not None:
-        install(checkpoint, [cfg.output_dir / CURVE, cfg.output_dir / "evaluation.json",
-                             *([demos] if demos.is_file() else [])], Path(cfg.install_dir))
-    return json.loads(text)
+        target = install(Path(record["checkpoint"]), [cfg.output_dir / "evaluation.json"], Path(cfg.install_dir))
+        for name, path in {**curves, **demos}.items():
+            if path.is_file():
+                shutil.copy2(path, target / name)
+    return record
+
+
+def two_stage_record(cfg: MetaWorldPolicyTrainConfig, first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """The whole run's record: stage 2's choice as the run's (``selection``, ``checkpoint``, ``demonstrations``,
+    ``training`` with both stages' steps), both stage records under ``stages``, the minutes summed."""
+    minutes = {k: first["minutes"][k] + second["minutes"][k] for k in ("demonstrations", "training", "selection")}
+    return {**second, "config": cfg.to_record(), "base_policy": first["base_policy"],
+            "policy": str(cfg.output_dir / "policy"),
+            "training": {**second["training"], "steps": first["training"]["steps"] + second["training"]["steps"],
+                         "stage_steps": [first["training"]["steps"], second["training"]["steps"]]},
+            "stages": {"stage1": first, "stage2": second}, "minutes": minutes, **run_facts(cfg)}
 
 
 def provenance(policy: Path) -> dict[str, Any]:

@@ -22,9 +22,10 @@ import torch
 
 STATE_FILE = "train_state.pt"  # in the recipe's --output_dir
 STATE_EVERY = 200              # steps between states (besides every checkpoint and the last step)
-# recipe flags that do not change what training computes (choosing, testing, logging, where things go)
+# recipe flags that do not change what training computes (choosing, testing, logging, where things go; "refine":
+# the MetaWorld recipe's stage 2, which trains in a directory of its own with its own flags)
 NOT_TRAINING = frozenset({"output_dir", "select_episodes", "execute_steps", "eval_episodes", "test_episodes",
-                          "eval_batch_size", "eval_workers", "install_dir", "progress", "resume"})
+                          "eval_batch_size", "eval_workers", "install_dir", "progress", "resume", "refine"})
 
 
 def training_identity(record: Mapping[str, Any], autocast: bool) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def test_training_command_refuses_bad_flags_with_exit_2(argv: list[str], match: 
 
 def test_training_command_refuses_demonstrations_written_with_another_count(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture) -> None:
-    written = tmp_path / "data" / "metaworld_mt10"
+    written = tmp_path / "stage1" / "data" / "metaworld_mt10"   # stage 1's, where the command writes them
     written.mkdir(parents=True)
     (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5}}))
     with pytest.raises(SystemExit) as exc:
@@ -66,7 +66,7 @@ def test_training_command_counts_demonstrations_per_task(tmp_path: Path, capsys:
     cfg = train_metaworld_policy.parse_config(flags)
     demo = cfg.demo_config()
     assert (demo.episodes_of("push-v3"), demo.episodes_of("reach-v3")) == (9, 5)
-    written = tmp_path / "data" / "metaworld_mt10"
+    written = tmp_path / "stage1" / "data" / "metaworld_mt10"
     written.mkdir(parents=True)
     (written / "demos.json").write_text(json.dumps({"config": {"episodes_per_task": 5, "task_episodes": {"push-v3": 9}},
                                                     "state_fields": list(STATE_FIELDS)}))
@@ -77,6 +77,44 @@ def test_training_command_counts_demonstrations_per_task(tmp_path: Path, capsys:
     with pytest.raises(SystemExit) as exc:
         train_metaworld_policy.parse_config([*flags[:4], "--task_episodes", "{fly-v3: 9}"])
     assert exc.value.code == 2 and "fly-v3" in capsys.readouterr().err
+
+
+def test_stage_2_runs_when_the_reference_policy_is_trained_and_its_flags_are_checked_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Stage 2 by default (1500 steps from stage 1's policy, on demonstrations of its own), none when fine-tuning
+    (--init_oft) or training under a setting; its bad flags exit 2 before any work."""
+    from prismatic_tr.policy.metaworld_recipe import REFINE_STEPS, REFINE_TASK_EPISODES
+
+    cfg = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "run")])
+    assert cfg.refine_steps == REFINE_STEPS == 1500 and cfg.refine.task_episodes == REFINE_TASK_EPISODES
+    one = cfg.stage(1)
+    assert one.output_dir == tmp_path / "run" / "stage1" and one.refine_steps == 0 and one.max_steps == 4000
+    policy = write_tiny_oft_config(tmp_path / "stage1_policy")
+    two = cfg.stage(2, init_oft=policy)
+    assert (two.output_dir, two.init_oft, two.max_steps, two.learning_rate, two.save_steps) == \
+        (tmp_path / "run" / "stage2", policy, 1500, 2e-4, 500)
+    assert (two.episodes_per_task, two.task_episodes, two.refine_steps) == (20, REFINE_TASK_EPISODES, 0)
+    assert train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "a"), "--setting",
+                                                "diverse:0.5"]).refine_steps == 0
+    assert train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "b"), "--init_oft", str(policy)
+                                                ]).refine_steps == 0
+    assert train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "c"), "--refine.max_steps",
+                                                "0"]).refine_steps == 0
+    for argv, match in ((["--refine.max_steps", "-1"], "--refine.max_steps -1"),
+                        (["--refine.learning_rate", "0"], "--refine.learning_rate 0"),
+                        (["--refine.save_steps", "0"], "--refine.save_steps 0"),
+                        (["--refine.task_episodes", "{fly-v3: 2}"], "--refine.task_episodes names 'fly-v3'")):
+        with pytest.raises(SystemExit) as exc:
+            train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "d"), *argv])
+        assert exc.value.code == 2 and match in capsys.readouterr().err, argv
+    assert not (tmp_path / "d").exists()
+
+
+def write_tiny_oft_config(path: Path) -> Path:
+    """A directory that passes the recipe's checks on ``--init_oft`` (a config.json of a 7-D-state policy)."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 7, "proprio_slots": True}}))
+    return path
 
 
 def test_training_command_refuses_demonstrations_and_policies_of_another_state(tmp_path: Path,
@@ -263,8 +301,9 @@ def test_the_shipped_policy_closes_the_drawer_on_held_out_seeds() -> None:
 @needs_metaworld
 @pytest.mark.slow
 def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episodes(tmp_path: Path) -> None:
-    """Demonstrations (1 reach episode at 64 px) -> 2 training steps -> 2 candidates chosen on 1 validation
-    episode -> 1 test episode, every closed loop in a spawned child; then eval_metaworld.py on the chosen
+    """Demonstrations (1 reach episode at 64 px) -> stage 1: 2 training steps, 2 candidates chosen on 1 validation
+    episode -> stage 2 from that policy on demonstrations of its own: 2 steps, chosen again -> 1 test episode, every
+    closed loop in a spawned child; the same command again runs nothing; then eval_metaworld.py on the chosen
     checkpoint runs the same test episode unreduced (the same outcome) and with a vision cut (fewer tokens)."""
     assert MISSING is None
     pytest.importorskip("tensorflow_datasets")
@@ -273,26 +312,43 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     flags = ["--output_dir", str(out), "--base_policy", str(base), "--tasks", "[reach-v3]", "--episodes_per_task",
              "1", "--image_size", "64", "--max_steps", "2", "--save_steps", "1", "--batch_size", "2",
              "--lr_warmup_steps", "1", "--select_episodes", "1", "--test_episodes", "1", "--eval_batch_size", "1",
+             "--refine.max_steps", "2", "--refine.save_steps", "2", "--refine.episodes_per_task", "1",
+             "--refine.task_episodes", "{}", "--refine.lr_warmup_steps", "1",
              "--install_dir", str(tmp_path / "installed"), "--progress", "false"]
     run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
                          capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "test reach-v3" in run.stdout and "test mean over 1 tasks" in run.stdout
     record = json.loads((out / "evaluation.json").read_text())
+    first, second = record["stages"]["stage1"], record["stages"]["stage2"]
     assert record["demonstrations"]["tasks"]["reach-v3"]["written"] == 1
-    assert [c["step"] for c in record["selection"]["candidates"]] == [1, 2]
-    assert record["selection"]["split"] == "validation"
+    assert [c["step"] for c in first["selection"]["candidates"]] == [1, 2]
+    assert first["selection"]["split"] == "validation"
+    assert record["selection"] == second["selection"] and record["selection"]["rule"] == "the last step's checkpoint"
+    assert first["evaluation"] == {} and second["evaluation"] == {}   # only the final policy is tested
+    assert first["base_policy"] == record["base_policy"] == str(base)
+    assert second["base_policy"] == first["policy"] == str(out / "stage1" / "policy")   # stage 2 starts there
+    assert second["config"]["learning_rate"] == 2e-4 and record["training"]["stage_steps"] == [2, 2]
     test = record["evaluation"]["test"]
     assert list(test["tasks"]) == ["reach-v3"] and test["tasks"]["reach-v3"]["seeds"] == [3_000_000, 3_000_000]
-    assert (out / "training_curve.csv").read_text().count("\n") == 3
+    for stage in ("stage1", "stage2"):
+        assert (out / stage / "training_curve.csv").read_text().count("\n") == 3
     chosen = Path(record["policy"])
-    assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "checkpoints"
+    assert chosen == out / "policy" and Path(record["checkpoint"]).parent == out / "stage2" / "checkpoints"
     assert (chosen / "action_head--latest_checkpoint.pt").is_file()
     assert json.loads((chosen / "config.json").read_text())["oft"]["proprio_slots"] is True   # the recipe's default
     installed = tmp_path / "installed"   # --install_dir: the chosen checkpoint and the run's records
     assert (installed / "model.safetensors").read_bytes() == (chosen / "model.safetensors").read_bytes()
     assert json.loads((installed / "evaluation.json").read_text()) == record
-    assert (installed / "training_curve.csv").is_file() and (installed / "demos.json").is_file()
+    for name in ("training_curve_stage1.csv", "training_curve_stage2.csv", "demos_stage1.json", "demos_stage2.json"):
+        assert (installed / name).is_file(), name
+
+    # the same command again: both stages and the test were finished, so nothing runs and the record stays
+    again = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stdout.count("not run again") == 2
+    assert json.loads((out / "evaluation.json").read_text())["evaluation"] == record["evaluation"]
 
     table = tmp_path / "table"
     flags = ["--vla_path", str(chosen), "--settings", "[none,vision:diverse:0.5@0.25]", "--tasks", "[reach-v3]",
@@ -339,7 +395,7 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     # fine-tuning for a setting: from the policy, its statistics kept, the setting attached in the test episodes
     tuned = tmp_path / "tuned"
     flags = ["--output_dir", str(tuned), "--init_oft", str(chosen), "--setting", "vision:diverse:0.5@0.25",
-             "--data_root", str(out / "data"), "--tasks", "[reach-v3]", "--image_size", "64", "--max_steps", "1",
+             "--data_root", str(out / "stage1" / "data"), "--tasks", "[reach-v3]", "--image_size", "64", "--max_steps", "1",
              "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0", "--test_episodes", "1",
              "--progress", "false"]
     run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
