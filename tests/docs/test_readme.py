@@ -136,7 +136,8 @@ def test_a_noisy_figure_is_never_a_headline(tmp_path: Path) -> None:
         for key, cell, recs in ((a, row[1], records), (b, row[3], oft)):
             rec = recs.get((key or "").partition(" with ")[0])
             if rec is not None:
-                shown = report_cells.NOISY if rec.get("noise_flag") else f"{rec['predict_action_speedup']:.2f}x"
+                shown = report_cells.NOISY if rec.get("noise_flag") else f"{rec['predict_action_speedup']:.2f}x" + (
+                    report_cells.SLOWER if round(rec["predict_action_speedup"], 2) < 1 else "")
                 assert cell.removesuffix(report_cells.ADAPTER_MARK) == shown, (key, cell)
     _copy_sources(tmp_path)
     path = tmp_path / sources.OFT_BY_DTYPE["bfloat16"]
@@ -166,3 +167,13 @@ def test_the_figure_holds_its_results_files_numbers(tmp_path: Path, capsys) -> N
     assert pages.main(["--root", str(tmp_path)]) == 0
     assert figure.embedded_data(tmp_path / figure.FIGURE)["points"][0]["success"] == 0.5
     assert pages.main(["--check", "--root", str(tmp_path)]) == 0
+
+
+def test_a_setting_slower_than_unreduced_says_so_in_every_speed_cell() -> None:
+    """Issue 48: a speed-up under 1 is never shown as a bare number (README, results pages, MetaWorld table)."""
+    assert report_cells.speedup(0.83) == "0.83x (slower)" and report_cells.speedup(1.0) == "1.00x"
+    assert report_cells.speedup(0.996) == "1.00x" and report_cells.speedup(1.42) == "1.42x"
+    assert report_cells.end_to_end({"predict_action_speedup": 0.9, "noise_flag": True}) == "0.90x (slower)*"
+    assert report_cells.headline_speed({"predict_action_speedup": 0.99}) == "0.99x (slower)"
+    by = {"float32": {"s": {"predict_action_speedup": 1.2}}, "bfloat16": {"s": {"predict_action_speedup": 0.8}}}
+    assert report_cells.dtype_speeds({"setting": "s"}, by) == "1.20 / 0.80x (slower in bfloat16)"

@@ -200,13 +200,21 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
                 "records": [{"setting": label, "num_patches": 512, "tasks": {"reach-v3": task}, "successes": 25,
                              "episodes": 50, "mean_success_rate": 0.5, "predict_action_speedup": 1.0}
                             for label in labels]}
-    text = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[
-        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], metaworld_finetunes=[]))
+    text = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"the policy": [
+        run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], "none yet": []},
+        metaworld_finetunes=[]))
     lines = text.splitlines()
-    assert "Model" in lines[0] and len(lines) == 2 + 3 + 2     # the second run's own baseline is not shown
-    assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "`python c` on AMD X (avx2) with 2 cores" in lines[-1]
-    assert "at batch 1 in float32" in lines[-1]
-    assert "`diverse:0.1` | the policy" in lines[3] and "`diverse:0.1` | fine-tuned with `diverse:0.1`" in lines[4]
+    assert "Model" in lines[0] and len(lines) == 2 + 3 + 4     # the second run's own baseline is not shown
+    assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "The policy: `python c` on AMD X (avx2) with 2 cores" in lines[-1]
+    assert "at batch 1 in float32" in lines[-1] and "none yet" not in text   # a policy without runs has no rows
+    assert "`diverse:0.1` | the policy |" in lines[3]
+    assert "`diverse:0.1` | the policy, fine-tuned with `diverse:0.1`" in lines[4]
+    untimed = run("none", ["none"])
+    untimed["meta"]["config"] = {"timing_runs": 0}
+    two = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"new": [untimed], "the policy": [
+        run("none", ["none", "diverse:0.1"])]}, metaworld_finetunes=[])).splitlines()
+    assert "| new |" in two[2] and "| the policy |" in two[3] and "New: `python c`" in two[-3]
+    assert "not timed (`--timing_runs 0`" in two[-3] and "the median of 10" in two[-1]
 
 
 def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_speed_marked() -> None:
@@ -220,14 +228,15 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
                 "selection": {"chosen": "/c/step_600", "candidates": [{"step": 300, "checkpoint": "/c/step_300"},
                                                                       {"step": 600, "checkpoint": "/c/step_600"}]},
                 "evaluation": {"test": {"tasks": {"reach-v3": task(0.7)}, "mean_success_rate": 0.7}}}
-    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[table],
-                                                          metaworld_finetunes=[finetune])).splitlines()
-    assert len(lines) == 2 + 3 + 4 and lines[-1].startswith(cells.ADAPTER_MARK)
-    assert lines[4] == ("| `diverse:0.1` | fine-tuned with it: 600 steps from the policy, step 600 chosen on validation"
+    base = metaworld.FINETUNES_FROM
+    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]},
+                                                      metaworld_finetunes=[finetune])).splitlines()
+    assert len(lines) == 2 + 3 + 6 and lines[-1].startswith(cells.ADAPTER_MARK)
+    assert lines[4] == (f"| `diverse:0.1` | {base}, fine-tuned with it: 600 steps, step 600 chosen on validation"
                         " | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | 1.37x"
                         + cells.ADAPTER_MARK + " |")
-    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables=[table], metaworld_finetunes=[]))
-    assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 2
+    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes=[]))
+    assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 4
 
 
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:
@@ -275,6 +284,12 @@ def test_the_shipped_policy_is_its_recipe_s_choice_and_acts() -> None:
     assert record["selection"]["split"] == "validation" and record["selection"]["chosen"] == record["checkpoint"]
     assert list(record["evaluation"]["test"]["tasks"]) == record["config"]["tasks"]
     assert (where / "training_curve.csv").read_text().count("\n") == 1 + record["training"]["steps"]
+    stage1 = json.loads((where / "stage1_evaluation.json").read_text())   # the policy stage 2 started from
+    # stage 2 started from a copy of stage 1's policy (the same files as 0.5.0's shipped ones), named by its path
+    assert record["config"]["init_oft"] and stage1["setting"] == record["setting"] == "none"
+    assert record["config"]["learning_rate"] < stage1["config"]["learning_rate"]
+    assert (where / "training_curve_stage1.csv").read_text().count("\n") == 1 + stage1["training"]["steps"]
+    assert json.loads((where / "demos.json").read_text())["config"]["task_episodes"] == record["config"]["task_episodes"]
     vla, processor = load_vla(where)
     assert vla.oft.proprio_dim == len(STATE_FIELDS) and vla.oft.proprio_slots is True
     assert vla.vision_backbone.get_num_images_in_input() == 2 and DATASET in vla.norm_stats

@@ -34,9 +34,17 @@ def success_exact(rec: dict[str, Any] | None) -> str:
             f"{100 * rec['success_ci_high']:.1f} %)")
 
 
+SLOWER = " (slower)"
+
+
+def speedup(x: float) -> str:
+    """``1.42x``; a speed-up under 1 (the setting is slower than the unreduced model) says so: ``0.83x (slower)``."""
+    return f"{x:.2f}x" + (SLOWER if round(x, 2) < 1.0 else "")
+
+
 def end_to_end(rec: dict[str, Any]) -> str:
     """``predict_action_speedup``, ``*`` when the row is flagged noisy, a dagger on an adapter row."""
-    return (f"{rec['predict_action_speedup']:.2f}x" + ("*" if rec.get("noise_flag") else "")
+    return (speedup(rec['predict_action_speedup']) + ("*" if rec.get("noise_flag") else "")
             + (ADAPTER_MARK if rec.get("adapter") else ""))
 
 
@@ -87,7 +95,9 @@ def dtype_speeds(rec: dict[str, Any], by_dtype: dict[str, dict[str, dict[str, An
     rows = [by_dtype.get(d, {}).get(label) for d in ("float32", "bfloat16")]
     if any(r is None for r in rows):
         return "-"
-    return " / ".join(f"{r['predict_action_speedup']:.2f}" for r in rows) + "x"
+    slower = [d for d, r in zip(("float32", "bfloat16"), rows, strict=True) if round(r["predict_action_speedup"], 2) < 1]
+    return (" / ".join(f"{r['predict_action_speedup']:.2f}" for r in rows) + "x"
+            + (f" (slower in {' and '.join(slower)})" if slower else ""))
 
 
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -120,7 +130,7 @@ def headline_speed(rec: dict[str, Any] | None, adapter: bool = False) -> str:
     where not measured; a dagger on an adapter's (its setting's speed: merged LoRA, the same shapes)."""
     if rec is None:
         return "-"
-    text = NOISY if rec.get("noise_flag") else f"{rec['predict_action_speedup']:.2f}x"
+    text = NOISY if rec.get("noise_flag") else speedup(rec["predict_action_speedup"])
     return text + (ADAPTER_MARK if adapter else "")
 
 

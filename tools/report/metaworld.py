@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tools.report.cells import ADAPTER_MARK, cpu_words, pct, table_lines
-from tools.report.sources import METAWORLD_RUNS, Sources
+from tools.report.cells import ADAPTER_MARK, cpu_words, pct, speedup, table_lines
+from tools.report.sources import FINETUNES_FROM, METAWORLD_RUNS, Sources
 
 
 def metaworld_policy_table(src: Sources) -> str:
@@ -31,50 +31,57 @@ def metaworld_policy_table(src: Sources) -> str:
 
 
 def metaworld_table(src: Sources) -> str:
-    """docs/results/metaworld.md: the reduction table (one row per setting, success per task, mean, end to end), then a
-    row per fine-tune (the recipe's test under its setting; the speed is the training-free row's, marked)."""
+    """docs/results/metaworld.md: the reduction table, per policy (``METAWORLD_TABLE_SETS``, newest first): one row
+    per setting (success per task, mean, end to end), then a row per fine-tune of the policy they started from
+    (``FINETUNES_FROM``; the recipe's test under its setting; the speed is the training-free row's, marked)."""
     from prismatic_tr.eval.intervals import wilson_interval
 
-    if not src.metaworld_tables:
-        return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/table` "
-                "(the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
+    sets = {label: runs for label, runs in src.metaworld_tables.items() if runs}
+    if not sets:
+        return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/shipped/"
+                "table` (the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
                 "writes it.")
-    runs = [(run["meta"].get("trained_with") or "none", r) for i, run in enumerate(src.metaworld_tables)
-            for r in run["records"] if i == 0 or r["setting"] != "none"]
-    records = [r for _, r in runs]
-    tasks = list(records[0]["tasks"])
+    runs = [(policy, run["meta"].get("trained_with") or "none", r) for policy, tables in sets.items()
+            for i, run in enumerate(tables) for r in run["records"] if i == 0 or r["setting"] != "none"]
+    tasks = list(runs[0][2]["tasks"])
     header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
+
     def tokens(r: dict[str, Any]) -> str:
         kept = r.get("llm_visual_tokens", r["num_patches"])
         return str(r["num_patches"]) + (f" -> {kept} in the LLM" if kept != r["num_patches"] else "")
 
-    def model(trained_with: str) -> str:
-        return "the policy" if trained_with == "none" else f"fine-tuned with `{trained_with}`"
+    def model(policy: str, trained_with: str) -> str:
+        return policy if trained_with == "none" else f"{policy}, fine-tuned with `{trained_with}`"
 
     def speed(r: dict[str, Any]) -> str:
-        return f"{r['predict_action_speedup']:.2f}x" if r.get("predict_action_speedup") else "-"
+        return speedup(r["predict_action_speedup"]) if r.get("predict_action_speedup") else "-"
 
     def mean(wins: int, episodes: int) -> str:
         low, high = wilson_interval(wins, episodes)
         return f"{wins}/{episodes}, **{100 * wins / episodes:.1f} %** ({100 * low:.0f}-{100 * high:.0f} %)"
 
-    rows = [[f"`{r['setting']}`", model(m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
-             mean(r["successes"], r["episodes"]), speed(r)] for m, r in runs]
-    training_free = {r["setting"]: r for m, r in runs if m == "none"}
+    rows = [[f"`{r['setting']}`", model(p, m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
+             mean(r["successes"], r["episodes"]), speed(r)] for p, m, r in runs]
+    training_free = {r["setting"]: r for p, m, r in runs if m == "none" and p == FINETUNES_FROM}
     for f in src.metaworld_finetunes:
         test, base = f["evaluation"]["test"], training_free.get(f["setting"])
         chosen = next(c["step"] for c in f["selection"]["candidates"] if c["checkpoint"] == f["selection"]["chosen"])
-        rows.append([f"`{f['setting']}`", f"fine-tuned with it: {f['config']['max_steps']} steps from the policy, "
+        rows.append([f"`{f['setting']}`", f"{FINETUNES_FROM}, fine-tuned with it: {f['config']['max_steps']} steps, "
                      f"step {chosen} chosen on validation", tokens(base) if base else "-",
                      *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
                      mean(sum(test["tasks"][t]["successes"] for t in tasks),
                           sum(test["tasks"][t]["episodes"] for t in tasks)),
                      speed(base) + ADAPTER_MARK if base else "-"])
-    meta = src.metaworld_tables[0]["meta"]
-    notes = [f"Mean: successes pooled over the tasks (Wilson 95 %). End to end: the whole `predict_action` at batch 1 "
-             f"in {meta['dtype']}, the median of {meta['config']['timing_runs']} interleaved runs against the unreduced "
-             f"one, measured by `{meta['command']}` on {cpu_words(meta)} with {meta['machine']['cores']} cores "
-             f"(torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC."]
+    notes = ["Mean: successes pooled over the tasks (Wilson 95 %)."]
+    for policy, tables in sets.items():
+        meta = tables[0]["meta"]
+        timed = meta["config"]["timing_runs"]
+        how = (f"end to end: the whole `predict_action` at batch 1 in {meta['dtype']}, the median of {timed} "
+               "interleaved runs against the unreduced one" if timed else
+               "not timed (`--timing_runs 0`: the same shapes as the other policy's rows, whose speed holds)")
+        notes.append(f"{policy[0].upper() + policy[1:]}: `{meta['command']}` on {cpu_words(meta)} with "
+                     f"{meta['machine']['cores']} cores (torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC; "
+                     f"{how}.")
     if len(rows) > len(runs):
         notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
     return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
@@ -120,7 +127,7 @@ def metaworld_runs_table(src: Sources) -> str:
     rows = [[label, _mw_validation(rec, parts), _mw_test(rec), _mw_minutes(rec),
              (rec or parts[0]["meta"])["machine"]["cpu"]["model"] if (rec or parts[0]["meta"]).get("machine") else "-"]
             for (label, _, _), (rec, parts) in zip(METAWORLD_RUNS, src.metaworld_runs, strict=True)]
-    rows += [[f"fine-tuned with `{f['setting']}` from the shipped policy", _mw_validation(f, ()), _mw_test(f),
+    rows += [[f"fine-tuned with `{f['setting']}` from {FINETUNES_FROM}", _mw_validation(f, ()), _mw_test(f),
               _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")] for f in src.metaworld_finetunes]
     header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",
               "minutes: training / choosing / testing", "CPU"]

@@ -43,13 +43,17 @@ TABLETOP_POLICIES: tuple[tuple[str, Path, str], ...] = (
 SELECTION_TEST_5OBJ = RESULTS / "selection" / "eval_test_5obj.json"
 # The MetaWorld recipe's runs in the order they were made: (label, recipe record or None, partial validation runs
 # of eval_metaworld.py on its checkpoints); the fine-tunes (finetune_*/) follow.
+MW_SHIPPED = Path("prismatic_tr/assets/metaworld_policy")  # evaluation.json: stage 2's run; stage1_*: stage 1's
 METAWORLD_RUNS: tuple[tuple[str, Path | None, tuple[Path, ...]], ...] = (
     ("4-D state, first run", RESULTS / "metaworld" / "policy" / "evaluation.json", ()),
     ("4-D state, continued", RESULTS / "metaworld" / "policy_continued" / "evaluation.json", ()),
     ("7-D state, stopped at step 2150", None,
      tuple(RESULTS / "metaworld" / "policy7_partial" / f"validation_step{s}.json" for s in (1000, 2000))),
-    ("7-D state in every action slot, **shipped** (cut off at step 2200 and resumed: its training minutes are the last 1800 steps')", Path("prismatic_tr/assets/metaworld_policy/evaluation.json"),
+    ("7-D state in every action slot: stage 1, 0.5.0's shipped policy (cut off at step 2200 and resumed: its training "
+     "minutes are the last 1800 steps')", MW_SHIPPED / "stage1_evaluation.json",
      tuple(RESULTS / "metaworld" / "policy7s_partial" / f"validation_step{s}.json" for s in (1000, 2000))),
+    ("stage 2 from stage 1's policy, **shipped**: 1500 steps on more demonstrations of reach, push, pick-place, "
+     "peg-insert-side", MW_SHIPPED / "evaluation.json", ()),
 )
 MAIN_OFT = RESULTS / "policy" / "oft" / "results.json"
 # the bundled OFT policy's closed-loop runs: eval_test* (200 test episodes) and eval_test_5obj* (100 five-object
@@ -60,12 +64,16 @@ ADAPTERS = Path("prismatic_tr/assets/adapters")
 # train_metaworld_policy.py's records, a row each: the shipped policy, then the two earlier 4-D-state runs (the
 # first, and its continuation with --init_oft)
 METAWORLD_POLICIES = {
-    "**shipped**: 7-D state, in every action slot, 4000 steps": Path("prismatic_tr/assets/metaworld_policy/evaluation.json"),
+    "**shipped**: stage 1 + stage 2 (1500 steps on more demonstrations)": MW_SHIPPED / "evaluation.json",
+    "stage 1 (0.5.0's shipped): 7-D state, in every action slot, 4000 steps": MW_SHIPPED / "stage1_evaluation.json",
     "4-D state, 2000 steps": RESULTS / "metaworld" / "policy" / "evaluation.json",
     "4-D state, continued (+2000 steps)": RESULTS / "metaworld" / "policy_continued" / "evaluation.json"}
-# eval_metaworld.py runs on that policy: table/ first, then table_<what>/ runs adding settings (their own baseline
-# interleaved for the speed; the unreduced row shown is the first run's)
+# eval_metaworld.py runs, per policy (the table's "Model" column -> folder): table/ first, then table_<what>/ runs
+# adding settings (their own baseline interleaved for the speed; the unreduced row shown is the first run's)
 METAWORLD_TABLES = RESULTS / "metaworld"
+METAWORLD_TABLE_SETS = {"the shipped policy": METAWORLD_TABLES / "shipped",
+                        "stage 1 (0.5.0's shipped)": METAWORLD_TABLES}
+FINETUNES_FROM = "stage 1 (0.5.0's shipped)"  # the policy the finetune_* runs started from
 # train_metaworld_policy.py --init_oft <that policy> --setting S runs (their evaluation.json): the fine-tuned rows,
 # tested under S on the same 50 test episodes a task; their speed is the training-free row's of S (the same shapes)
 METAWORLD_FINETUNES = "finetune_*/evaluation.json"
@@ -92,7 +100,7 @@ class Sources:
     oft_policy: dict[str, dict[str, dict[str, Any]]]  # "test" / "test_5obj" -> setting label -> record
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
     metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
-    metaworld_tables: list[dict[str, Any]]  # metaworld/table*/results.json ({"meta", "records"}), table/ first
+    metaworld_tables: dict[str, list[dict[str, Any]]]  # policy -> its table*/results.json ({"meta", "records"})
     metaworld_finetunes: list[dict[str, Any]]  # metaworld/finetune_*/evaluation.json (the recipe's records)
     gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
     oft_batch4: dict[str, dict[str, Any]]  # dtype -> oft_batch4/<dtype>/results.json (4 observations a step)
@@ -118,7 +126,8 @@ class Sources:
                    oft_policy={k: _oft_policy_runs(root, k) for k in OFT_POLICY},
                    oft_adapters={n: _oft_adapter_tests(root, n) for n in _oft_adapter_names(root)},
                    metaworld_policies={label: read_json(root / path) for label, path in METAWORLD_POLICIES.items()},
-                   metaworld_tables=[read_json(p) for p in metaworld_table_files(root)],
+                   metaworld_tables={label: [read_json(p) for p in metaworld_table_files(root, folder)]
+                                     for label, folder in METAWORLD_TABLE_SETS.items()},
                    metaworld_finetunes=[read_json(p) for p in metaworld_finetune_files(root)],
                    gpu={b: {m: read_json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()},
                    oft_batch4={d: read_json(root / p) for d, p in OFT_BATCH4_BY_DTYPE.items()},
@@ -192,10 +201,13 @@ def _oft_policy_runs(root: Path, kind: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def metaworld_table_files(root: Path) -> list[Path]:
-    """``metaworld/table/results.json`` then ``metaworld/table_*/results.json`` (sorted); none before the first."""
-    first = root / METAWORLD_TABLES / "table" / "results.json"
-    return [first, *sorted((root / METAWORLD_TABLES).glob("table_*/results.json"))] if first.is_file() else []
+def metaworld_table_files(root: Path, folder: Path | None = None) -> list[Path]:
+    """``<folder>/table/results.json`` then ``<folder>/table_*/results.json`` (sorted); none before the first; every
+    policy's with no ``folder``."""
+    if folder is None:
+        return [p for f in METAWORLD_TABLE_SETS.values() for p in metaworld_table_files(root, f)]
+    first = root / folder / "table" / "results.json"
+    return [first, *sorted((root / folder).glob("table_*/results.json"))] if first.is_file() else []
 
 
 def command_timing_files(root: Path) -> list[Path]:
