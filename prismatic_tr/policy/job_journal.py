@@ -26,9 +26,16 @@ from typing import Any
 from prismatic_tr.policy.closed_loop import EpisodeOutcome
 
 # files of a checkpoint directory that do not change what it computes: the model card, and the records a recipe
-# installs beside the weights (``oft_recipe.install``: the evaluation, the training curve, the demonstrations' summary),
-# so an installed policy resumes the journal of the checkpoint it was copied from
-SKIPPED_FILES = ("README.md", "evaluation.json", "training_curve.csv", "demos.json")
+# installs beside the weights (``oft_recipe.install``: the evaluation, the training curve, the demonstrations' summary,
+# one per stage of a staged recipe: ``training_curve_stage1.csv``, ``stage1_evaluation.json``, ...), so an installed
+# policy resumes the journal of the checkpoint it was copied from
+MODEL_CARD = "README.md"
+RECORDS = (("", "evaluation.json"), ("training_curve", ".csv"), ("demos", ".json"))  # (name starts, name ends)
+
+
+def is_record(name: str) -> bool:
+    """True for the model card and for a recipe's records (see ``RECORDS``), which the fingerprint skips."""
+    return name == MODEL_CARD or any(name.startswith(a) and name.endswith(b) for a, b in RECORDS)
 
 
 def checkpoint_fingerprint(checkpoint: str | Path) -> str:
@@ -41,7 +48,7 @@ def checkpoint_fingerprint(checkpoint: str | Path) -> str:
     if not checkpoint.is_dir():
         raise ValueError(f"checkpoint {str(checkpoint)!r} is not a directory")
     digest = hashlib.sha256()
-    for f in sorted(p for p in checkpoint.iterdir() if p.is_file() and p.name not in SKIPPED_FILES):
+    for f in sorted(p for p in checkpoint.iterdir() if p.is_file() and not is_record(p.name)):
         digest.update(f"{f.name} {sha256_of(f)}\n".encode())
     return digest.hexdigest()
 

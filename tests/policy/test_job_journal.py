@@ -72,7 +72,8 @@ def test_the_fingerprint_follows_the_bytes_not_the_model_card(tmp_path: Path) ->
     first = checkpoint_fingerprint(tmp_path)
     (tmp_path / "README.md").write_text("a card")
     assert checkpoint_fingerprint(tmp_path) == first
-    for record in ("evaluation.json", "training_curve.csv", "demos.json"):  # what an installed policy adds
+    for record in ("evaluation.json", "training_curve.csv", "demos.json",  # what an installed policy adds
+                   "stage1_evaluation.json", "training_curve_stage1.csv", "demos_stage2.json"):   # a staged recipe's
         (tmp_path / record).write_text("{}")
     assert checkpoint_fingerprint(tmp_path) == first
     (tmp_path / "config.json").write_text('{"a": 1}')
