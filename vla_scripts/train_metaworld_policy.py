@@ -19,6 +19,10 @@ With its defaults (``prismatic_tr.policy.metaworld_recipe``):
    (``--init_oft``, ``--setting``) has no stage 2;
 6. its closed-loop success on 50 test episodes per task (held-out goals), each chunk executed open loop.
 
+A fine-tune under a reduction (``--init_oft P --setting S``) trains on the demonstrations, or with
+``--onpolicy_episodes N`` on N episodes a task that P drives with S attached, labelled by P unreduced at every chunk
+it plans (``prismatic_tr.policy.metaworld_onpolicy``: self-distillation on the policy's own states).
+
 A cut-off run resumes where it stopped (the same command again): a finished stage is not run again.
 Each closed-loop evaluation runs in spawned worker processes (`--eval_workers`, 2 by default; MetaWorld's OSMesa and
 tensorflow cannot share one).
@@ -32,7 +36,8 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (torch before tensorflow, always)
 
 from prismatic_tr.cli import parse_config_or_exit, run_command
-from prismatic_tr.policy.metaworld_recipe import MetaWorldPolicyTrainConfig, run_recipe, summary_lines
+from prismatic_tr.policy.metaworld_recipe import MetaWorldPolicyTrainConfig, run_recipe
+from prismatic_tr.policy.metaworld_records import summary_lines
 from prismatic_tr.policy.train import run_and_report
 
 PROG = "train_metaworld_policy.py"

@@ -132,6 +132,16 @@ class TabletopEnv:
     def instruction(self) -> str:
         return self.scene.instruction
 
+    @property
+    def kind(self) -> str:
+        """The task kind ("pick" / "reach"), as a recorded episode's ``kind``."""
+        return self.scene.kind
+
+    @property
+    def target(self) -> str:
+        """The target object's name ("red block"), as a recorded episode's ``target``."""
+        return self.scene.target_object.name
+
     def render(self) -> np.ndarray:
         """The current camera image, (224, 224, 3) uint8."""
         return self._renderer.render(self._state.effector, self._state.gripper_open)

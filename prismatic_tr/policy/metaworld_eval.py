@@ -174,7 +174,7 @@ def run_meta(cfg: EvalMetaWorldConfig, vla: Any, command: str, journal: dict[str
              wall_s: float) -> dict[str, Any]:
     """The ``meta`` of ``results.json``: the command, the checkpoint's provenance, the journal, config and machine."""
     from prismatic_tr.bench.measure.devices import machine_info
-    from prismatic_tr.policy.metaworld_recipe import provenance
+    from prismatic_tr.policy.metaworld_records import provenance
     from prismatic_tr.policy.metaworld_workers import worker_threads
 
     return {"command": command, "model": str(cfg.vla_path), **provenance(cfg.vla_path), "split": cfg.split,

@@ -38,14 +38,11 @@ tabletop policy): training, choice and evaluation all run with the setting attac
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from prismatic_tr.cli import check_int_flag
 from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
@@ -57,6 +54,7 @@ from prismatic_tr.envs.metaworld.tasks import (
     metaworld_task,
 )
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
+from prismatic_tr.policy.metaworld_records import run_facts, two_stage_record
 
 DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
 NUM_IMAGES = 2               # corner3 and gripperPOV
@@ -98,6 +96,11 @@ class MetaWorldPolicyTrainConfig:
     base_policy: Path | None = None            # OpenVLA-style checkpoint it starts from (default: bundled tabletop)
     init_oft: Path | None = None               # start from this OFT policy instead (its statistics kept): fine-tuning
     setting: str = "none"                      # reduction attached in training, choice and evaluation (vla.spec)
+    onpolicy_episodes: int = 0                 # with --init_oft and --setting: train on this many episodes a task
+                                               #   that the policy drives with the setting attached, labelled by the
+                                               #   policy unreduced (its chunk wherever the student plans one:
+                                               #   prismatic_tr.policy.metaworld_onpolicy), not on demonstrations
+    onpolicy_seed: int = 100000                # their first seed (demonstrations split, far from the demos' seeds)
     chunk: int = 8                             # actions predicted per pass
     attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
     proprio_slots: bool = True                 # the state token is every action slot's input (ours, not OFT's:
@@ -141,7 +144,12 @@ class MetaWorldPolicyTrainConfig:
             metaworld_task(task)
         check_training_flags(self)
         self.check_refine()
-        if self.data_root is not None:
+        check_int_flag("onpolicy_episodes", self.onpolicy_episodes, 0)
+        if self.onpolicy_episodes:
+            from prismatic_tr.policy.metaworld_onpolicy import check_onpolicy_flags
+
+            check_onpolicy_flags(self)
+        elif self.data_root is not None:
             self.data_root = Path(self.data_root)
             if not (self.data_root / DATASET).is_dir():
                 raise ValueError(f"--data_root {str(self.data_root)!r} holds no {DATASET} dataset (written by "
@@ -207,7 +215,7 @@ class MetaWorldPolicyTrainConfig:
         if number == 1:
             return dataclasses.replace(self, **common)
         r = self.refine
-        return dataclasses.replace(self, **common, init_oft=init_oft, data_root=None,
+        return dataclasses.replace(self, **common, init_oft=init_oft, data_root=None, onpolicy_episodes=0,
                                    episodes_per_task=r.episodes_per_task, task_episodes=dict(r.task_episodes),
                                    max_steps=self.refine_steps, learning_rate=r.learning_rate,
                                    lr_warmup_steps=r.lr_warmup_steps, save_steps=r.save_steps)
@@ -254,10 +262,15 @@ def check_demo_state(summary: Path) -> None:
 
 
 def ensure_demos(cfg: MetaWorldPolicyTrainConfig) -> Path:
-    """The data root holding ``metaworld_mt10``: ``--data_root``, or ``<output_dir>/data`` (written if absent)."""
+    """The data root holding ``metaworld_mt10``: ``--data_root``, or ``<output_dir>/data`` (written if absent:
+    demonstrations, or with ``--onpolicy_episodes`` the on-policy episodes)."""
     if cfg.data_root is not None:
         return cfg.data_root
     root = cfg.output_dir / "data"
+    if cfg.onpolicy_episodes:
+        from prismatic_tr.policy.metaworld_onpolicy import ensure_onpolicy_data
+
+        return ensure_onpolicy_data(cfg, root, DATASET)
     if not (root / DATASET / "demos.json").is_file():
         from prismatic_tr.envs.metaworld.demos import make_metaworld_demos
 
@@ -332,7 +345,8 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
     policy = install(checkpoint, [], cfg.output_dir / "policy")
     t_select = time.perf_counter()
     evaluation = {TEST: evaluate(policy, TEST, cfg.test_episodes, cfg)} if test else {}
-    demos = data_root / DATASET / "demos.json"
+    demos = next((f for f in (data_root / DATASET / n for n in ("demos.json", "onpolicy.json")) if f.is_file()),
+                 data_root / DATASET / "demos.json")
     record = {
         "recipe": "prismatic_tr.policy.metaworld_recipe.run_recipe (vla_scripts/train_metaworld_policy.py)",
         "config": cfg.to_record(), "base_policy": str(base), "oft_settings": asdict(cfg.settings()),
@@ -350,13 +364,6 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
     (cfg.output_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
 
-
-def run_facts(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
-    """Where a run ran: torch's threads and version, the CPU, the cores, the autocast."""
-    from prismatic_tr.bench.measure.devices import cpu_info
-
-    return {"torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-            "machine": {"cpu": cpu_info(), "cores": os.cpu_count(), "bf16_autocast": cfg.autocast()}}
 
 
 def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
@@ -390,38 +397,3 @@ def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
             if path.is_file():
                 shutil.copy2(path, target / name)
     return record
-
-
-def two_stage_record(cfg: MetaWorldPolicyTrainConfig, first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """The whole run's record: stage 2's choice as the run's (``selection``, ``checkpoint``, ``demonstrations``,
-    ``training`` with both stages' steps), both stage records under ``stages``, the minutes summed."""
-    minutes = {k: first["minutes"][k] + second["minutes"][k] for k in ("demonstrations", "training", "selection")}
-    return {**second, "config": cfg.to_record(), "base_policy": first["base_policy"],
-            "policy": str(cfg.output_dir / "policy"),
-            "training": {**second["training"], "steps": first["training"]["steps"] + second["training"]["steps"],
-                         "stage_steps": [first["training"]["steps"], second["training"]["steps"]]},
-            "stages": {"stage1": first, "stage2": second}, "minutes": minutes, **run_facts(cfg)}
-
-
-def provenance(policy: Path) -> dict[str, Any]:
-    """What trained the checkpoint at ``policy``, from its recipe's ``evaluation.json`` (``<output_dir>/policy`` or
-    ``<output_dir>/checkpoints/step_N``): the setting attached in training ("none": unreduced), the policy it
-    started from and the steps; ``{"trained_with": None}`` when no recipe record sits beside it."""
-    policy = Path(policy)
-    for record_file in (policy.parent / "evaluation.json", policy.parent.parent / "evaluation.json"):
-        if record_file.is_file():
-            record = json.loads(record_file.read_text())
-            return {"trained_with": record.get("setting"), "started_from": record.get("base_policy"),
-                    "training_steps": record.get("training", {}).get("steps"), "record": str(record_file)}
-    return {"trained_with": None}
-
-
-def summary_lines(record: dict[str, Any]) -> str:
-    """The record's test success per task and the mean, then the minutes per stage, as terminal lines."""
-    lines = []
-    for split, ev in record["evaluation"].items():
-        for task, r in ev["tasks"].items():
-            lines.append(f"{split} {task:26s} {r['successes']:3d}/{r['episodes']:<3d} {r['success_rate']:6.1%} "
-                         f"(95 % CI {r['success_ci_low']:.1%} - {r['success_ci_high']:.1%})")
-        lines.append(f"{split} mean over {len(ev['tasks'])} tasks: {ev['mean_success_rate']:.1%}")
-    return "\n".join([*lines, "minutes: " + ", ".join(f"{k} {v:.1f}" for k, v in record["minutes"].items())])

@@ -23,7 +23,7 @@ from helpers.oft_fixtures import write_tiny_base
 
 from prismatic_tr.envs.metaworld.tasks import STATE_FIELDS
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
-from prismatic_tr.policy.metaworld_recipe import provenance
+from prismatic_tr.policy.metaworld_records import provenance
 from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
 from prismatic_tr.vla.spec import parse_setting
 from tools.report import cells, metaworld
@@ -108,6 +108,36 @@ def test_stage_2_runs_when_the_reference_policy_is_trained_and_its_flags_are_che
             train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "d"), *argv])
         assert exc.value.code == 2 and match in capsys.readouterr().err, argv
     assert not (tmp_path / "d").exists()
+
+
+def test_on_policy_fine_tuning_needs_a_policy_and_a_reduction_and_refuses_other_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--onpolicy_episodes: the job it makes from the flags (the policy drives with the setting and labels without
+    it), and each companion it needs or refuses, exit 2 before any work."""
+    policy = write_tiny_oft_config(tmp_path / "policy")
+    flags = ["--init_oft", str(policy), "--setting", "diverse:0.1", "--onpolicy_episodes", "3"]
+    cfg = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "ok"), *flags])
+    from prismatic_tr.policy.metaworld_onpolicy import onpolicy_job
+
+    job = onpolicy_job(cfg)
+    assert (job.checkpoint, job.setting, job.episodes_per_task, job.seed, job.chunk) == \
+        (str(policy), "diverse:0.1", 3, 100_000, 8)
+    assert job.seeds() == [100_000, 100_001, 100_002] and cfg.refine_steps == 0
+    written = tmp_path / "ok" / "data" / "metaworld_mt10"
+    written.mkdir(parents=True)
+    (written / "onpolicy.json").write_text(json.dumps({"job": {**job.identity(), "episodes_per_task": 5}}))
+    for argv, match in ((["--output_dir", str(tmp_path / "ok"), *flags], "episodes_per_task differ"),
+                        ([*flags[2:]], "needs --init_oft"),
+                        ([*flags[:2], "--onpolicy_episodes", "3"], "a --setting that reduces"),
+                        ([*flags, "--data_root", str(tmp_path)], "omit --data_root"),
+                        ([*flags, "--refine.max_steps", "5"], "omit --data_root and --refine.max_steps"),
+                        ([*flags, "--onpolicy_seed", "499999"], "--onpolicy_seed 499999"),
+                        ([*flags[:4], "--onpolicy_episodes", "-1"], "--onpolicy_episodes -1")):
+        with pytest.raises(SystemExit) as exc:
+            train_metaworld_policy.parse_config(argv if "--output_dir" in argv
+                                                else ["--output_dir", str(tmp_path / "bad"), *argv])
+        assert exc.value.code == 2 and match in capsys.readouterr().err, argv
+    assert not (tmp_path / "bad").exists()
 
 
 def write_tiny_oft_config(path: Path) -> Path:
@@ -202,7 +232,7 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
                             for label in labels]}
     text = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"the policy": [
         run("none", ["none", "diverse:0.1"]), run("diverse:0.1", ["none", "diverse:0.1"])], "none yet": []},
-        metaworld_finetunes=[]))
+        metaworld_finetunes={}))
     lines = text.splitlines()
     assert "Model" in lines[0] and len(lines) == 2 + 3 + 4     # the second run's own baseline is not shown
     assert "25/50, **50.0 %** (37-63 %)" in lines[2] and "The policy: `python c` on AMD X (avx2) with 2 cores" in lines[-1]
@@ -212,7 +242,7 @@ def test_the_readme_table_names_the_model_each_row_ran_on() -> None:
     untimed = run("none", ["none"])
     untimed["meta"]["config"] = {"timing_runs": 0}
     two = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"new": [untimed], "the policy": [
-        run("none", ["none", "diverse:0.1"])]}, metaworld_finetunes=[])).splitlines()
+        run("none", ["none", "diverse:0.1"])]}, metaworld_finetunes={})).splitlines()
     assert "| new |" in two[2] and "| the policy |" in two[3] and "New: `python c`" in two[-3]
     assert "not timed (`--timing_runs 0`" in two[-3] and "the median of 10" in two[-1]
 
@@ -228,14 +258,18 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
                 "selection": {"chosen": "/c/step_600", "candidates": [{"step": 300, "checkpoint": "/c/step_300"},
                                                                       {"step": 600, "checkpoint": "/c/step_600"}]},
                 "evaluation": {"test": {"tasks": {"reach-v3": task(0.7)}, "mean_success_rate": 0.7}}}
-    base = metaworld.FINETUNES_FROM
-    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]},
-                                                      metaworld_finetunes=[finetune])).splitlines()
-    assert len(lines) == 2 + 3 + 6 and lines[-1].startswith(cells.ADAPTER_MARK)
-    assert lines[4] == (f"| `diverse:0.1` | {base}, fine-tuned with it: 600 steps, step 600 chosen on validation"
-                        " | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | 1.37x"
-                        + cells.ADAPTER_MARK + " |")
-    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes=[]))
+    base = "the policy"
+    onpolicy = {**finetune, "config": {"max_steps": 300, "onpolicy_episodes": 40}}
+    lines = metaworld.metaworld_table(SimpleNamespace(
+        metaworld_tables={"newer": [table], base: [table]},
+        metaworld_finetunes={base: [finetune, onpolicy]})).splitlines()
+    assert len(lines) == 2 + 2 + 2 + 2 + 1 + 7 and lines[-1].startswith(cells.ADAPTER_MARK)
+    assert "| newer |" in lines[3] and "| the policy |" in lines[5]   # each policy's fine-tunes after its rows
+    assert lines[6] == (f"| `diverse:0.1` | {base}, fine-tuned with it: 600 steps on the expert's demonstrations, "
+                        "step 600 chosen on validation | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | "
+                        "1.37x" + cells.ADAPTER_MARK + " |")
+    assert "300 steps on on-policy episodes (40 a task, labelled by the policy unreduced)" in lines[7]
+    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes={}))
     assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 4
 
 
@@ -319,7 +353,8 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     """Demonstrations (1 reach episode at 64 px) -> stage 1: 2 training steps, 2 candidates chosen on 1 validation
     episode -> stage 2 from that policy on demonstrations of its own: 2 steps, chosen again -> 1 test episode, every
     closed loop in a spawned child; the same command again runs nothing; then eval_metaworld.py on the chosen
-    checkpoint runs the same test episode unreduced (the same outcome) and with a vision cut (fewer tokens)."""
+    checkpoint runs the same test episode unreduced (the same outcome) and with a vision cut (fewer tokens); then a
+    fine-tune under a setting on on-policy episodes (the policy drives reduced, labels unreduced)."""
     assert MISSING is None
     pytest.importorskip("tensorflow_datasets")
     base = write_tiny_base(tmp_path / "base")
@@ -407,12 +442,13 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
                          capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 2 and "episodes: 1 there, 2 here" in run.stderr, run.stderr[-2000:]
 
-    # fine-tuning for a setting: from the policy, its statistics kept, the setting attached in the test episodes
+    # fine-tuning for a setting on on-policy episodes: the policy drives with the setting and labels without it at
+    # every plan (its chunk there); from the policy, its statistics kept, the setting attached in the test episodes
     tuned = tmp_path / "tuned"
     flags = ["--output_dir", str(tuned), "--init_oft", str(chosen), "--setting", "vision:diverse:0.5@0.25",
-             "--data_root", str(out / "stage1" / "data"), "--tasks", "[reach-v3]", "--image_size", "64", "--max_steps", "1",
-             "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0", "--test_episodes", "1",
-             "--progress", "false"]
+             "--onpolicy_episodes", "1", "--execute_steps", "4", "--tasks", "[reach-v3]", "--image_size", "64",
+             "--max_steps", "1", "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0",
+             "--test_episodes", "1", "--progress", "false"]
     run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
                          capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -420,6 +456,15 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert record["setting"] == "vision:diverse:0.5@0.25" and record["base_policy"] == str(chosen)
     assert record["evaluation"]["test"]["setting"] == "vision:diverse:0.5@0.25"
     assert record["selection"]["rule"] == "the last step's checkpoint"
+    data = record["demonstrations"]
+    assert data["job"]["setting"] == "vision:diverse:0.5@0.25" and data["job"]["checkpoint"] == str(chosen)
+    reach = data["tasks"]["reach-v3"]
+    assert reach["episodes"] == 1 and reach["labelled_steps"] == -(-reach["steps"] // 4)
+    from prismatic_tr.data.oft import OFTChunkSource
+
+    source = OFTChunkSource(tuned / "data", "metaworld_mt10", num_images=2)
+    assert source.chunk_key == "action_chunk"
+    assert sum(1 for _ in source.rlds.step_dataset()) == reach["labelled_steps"]
 
 
 # ---------------------------------------------------------------- the failure diagnosis's pure parts (no metaworld)

@@ -317,6 +317,39 @@ def test_oft_relabelling_student_drives_teacher_labels_every_step_with_its_chunk
             np.testing.assert_allclose(r.actions[t], want[0], atol=1e-5)
 
 
+def test_oft_relabelling_can_label_only_the_steps_where_the_student_plans(tiny_oft: Path) -> None:
+    """label_replans_only: one recorded step per chunk the student plans (its observations, the teacher's chunk
+    there), the episodes themselves unchanged (same outcomes and lengths as with every step labelled)."""
+    from prismatic_tr.policy.onpolicy import relabelled_oft_episodes
+    from prismatic_tr.vla import reductions_attached
+    from prismatic_tr.vla.spec import parse_setting
+
+    student, processor = load_vla(tiny_oft)
+    teacher, _ = load_vla(tiny_oft)
+    seeds = [3000, 3001]
+    made: list[int] = []
+
+    def make_env(seed: int):
+        made.append(seed)
+        return make_episode(seed, third_person=True)
+
+    with reductions_attached(student, parse_setting("vision:diverse:0.25@0.25").reductions()), torch.no_grad():
+        every = list(relabelled_oft_episodes(student, teacher, processor, seeds, DATASET, batch_size=2,
+                                             execute_steps=3))
+        sparse = list(relabelled_oft_episodes(student, teacher, processor, seeds, DATASET, batch_size=2,
+                                              execute_steps=3, make_env=make_env, label_replans_only=True))
+    assert made == seeds
+    assert [(r.seed, r.outcome, r.steps, r.kind, r.target) for r in sparse] == \
+        [(r.seed, r.outcome, r.steps, r.kind, r.target) for r in every]
+    for full, r in zip(every, sparse, strict=True):
+        assert len(r.action_chunks) == len(r.images) == len(r.states) == -(-r.steps // 3)
+        for k in range(len(r.actions)):   # the k-th plan was made at step 3k: the same image and label
+            np.testing.assert_array_equal(r.images[k], full.images[3 * k])
+            np.testing.assert_allclose(r.action_chunks[k], full.action_chunks[3 * k], atol=1e-6)
+    with pytest.raises(ValueError, match="execute_steps=9"):
+        next(relabelled_oft_episodes(student, teacher, processor, seeds, DATASET, execute_steps=9))
+
+
 @pytest.mark.slow
 def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: Path, tmp_path: Path) -> None:
     from vla_scripts import make_onpolicy_data

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from prismatic_tr.policy.metaworld import TABLE_SETTINGS
 from tools.report.cells import ADAPTER_MARK, cpu_words, pct, speedup, table_lines
-from tools.report.sources import FINETUNES_FROM, METAWORLD_RUNS, Sources
+from tools.report.sources import METAWORLD_RUNS, Sources
 
 
 def metaworld_policy_table(src: Sources) -> str:
@@ -32,8 +33,8 @@ def metaworld_policy_table(src: Sources) -> str:
 
 def metaworld_table(src: Sources) -> str:
     """docs/results/metaworld.md: the reduction table, per policy (``METAWORLD_TABLE_SETS``, newest first): one row
-    per setting (success per task, mean, end to end), then a row per fine-tune of the policy they started from
-    (``FINETUNES_FROM``; the recipe's test under its setting; the speed is the training-free row's, marked)."""
+    per setting (success per task, mean, end to end), then a row per fine-tune of that policy (its folder's
+    ``finetune_*``: the recipe's test under its setting; the speed is the training-free row's, marked)."""
     from prismatic_tr.eval.intervals import wilson_interval
 
     sets = {label: runs for label, runs in src.metaworld_tables.items() if runs}
@@ -41,8 +42,10 @@ def metaworld_table(src: Sources) -> str:
         return ("Not measured yet: `python vla_scripts/eval_metaworld.py --output_dir benchmarks/results/metaworld/shipped/"
                 "table` (the shipped policy, every setting on the same 50 test episodes a task; a cut-off run resumes) "
                 "writes it.")
+    order = {label: i for i, label in enumerate(TABLE_SETTINGS)}   # a policy's rows in the table's order
     runs = [(policy, run["meta"].get("trained_with") or "none", r) for policy, tables in sets.items()
             for i, run in enumerate(tables) for r in run["records"] if i == 0 or r["setting"] != "none"]
+    runs.sort(key=lambda x: (list(sets).index(x[0]), order.get(x[2]["setting"], len(order))))
     tasks = list(runs[0][2]["tasks"])
     header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
 
@@ -60,18 +63,19 @@ def metaworld_table(src: Sources) -> str:
         low, high = wilson_interval(wins, episodes)
         return f"{wins}/{episodes}, **{100 * wins / episodes:.1f} %** ({100 * low:.0f}-{100 * high:.0f} %)"
 
-    rows = [[f"`{r['setting']}`", model(p, m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
-             mean(r["successes"], r["episodes"]), speed(r)] for p, m, r in runs]
-    training_free = {r["setting"]: r for p, m, r in runs if m == "none" and p == FINETUNES_FROM}
-    for f in src.metaworld_finetunes:
-        test, base = f["evaluation"]["test"], training_free.get(f["setting"])
-        chosen = next(c["step"] for c in f["selection"]["candidates"] if c["checkpoint"] == f["selection"]["chosen"])
-        rows.append([f"`{f['setting']}`", f"{FINETUNES_FROM}, fine-tuned with it: {f['config']['max_steps']} steps, "
-                     f"step {chosen} chosen on validation", tokens(base) if base else "-",
-                     *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
-                     mean(sum(test["tasks"][t]["successes"] for t in tasks),
-                          sum(test["tasks"][t]["episodes"] for t in tasks)),
-                     speed(base) + ADAPTER_MARK if base else "-"])
+    rows, finetuned = [], 0
+    for policy in sets:
+        rows += [[f"`{r['setting']}`", model(p, m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
+                  mean(r["successes"], r["episodes"]), speed(r)] for p, m, r in runs if p == policy]
+        training_free = {r["setting"]: r for p, m, r in runs if m == "none" and p == policy}
+        for f in src.metaworld_finetunes.get(policy, []):
+            test, base = f["evaluation"]["test"], training_free.get(f["setting"])
+            rows.append([f"`{f['setting']}`", f"{policy}, fine-tuned with it: {_finetune_words(f)}",
+                         tokens(base) if base else "-", *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
+                         mean(sum(test["tasks"][t]["successes"] for t in tasks),
+                              sum(test["tasks"][t]["episodes"] for t in tasks)),
+                         speed(base) + ADAPTER_MARK if base else "-"])
+            finetuned += 1
     notes = ["Mean: successes pooled over the tasks (Wilson 95 %)."]
     for policy, tables in sets.items():
         meta = tables[0]["meta"]
@@ -82,9 +86,18 @@ def metaworld_table(src: Sources) -> str:
         notes.append(f"{policy[0].upper() + policy[1:]}: `{meta['command']}` on {cpu_words(meta)} with "
                      f"{meta['machine']['cores']} cores (torch {meta['torch_version']}), {meta['date_utc'][:16]} UTC; "
                      f"{how}.")
-    if len(rows) > len(runs):
+    if finetuned:
         notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
     return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
+
+
+def _finetune_words(record: dict[str, Any]) -> str:
+    """``600 steps on on-policy episodes (40 a task), step 400 chosen on validation``: how a fine-tune was made."""
+    sel, config = record["selection"], record["config"]
+    chosen = next(c["step"] for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
+    data = (f"on-policy episodes ({config['onpolicy_episodes']} a task, labelled by the policy unreduced)"
+            if config.get("onpolicy_episodes") else "the expert's demonstrations")
+    return f"{config['max_steps']} steps on {data}, step {chosen} chosen on validation"
 
 
 def _mw_validation(record: dict[str, Any] | None, partial: Sequence[dict[str, Any]]) -> str:
@@ -118,7 +131,9 @@ def _mw_minutes(record: dict[str, Any] | None) -> str:
     if record is None:
         return "-"
     m = record["minutes"]
-    return f"{m['training']:.0f} / {m['selection']:.0f} / {m['evaluation_test']:.0f}"
+    data = m.get("demonstrations", 0)
+    return (f"{data:.0f} / " if data >= 0.5 else "- / ") + \
+        f"{m['training']:.0f} / {m['selection']:.0f} / {m['evaluation_test']:.0f}"
 
 
 def metaworld_runs_table(src: Sources) -> str:
@@ -127,14 +142,18 @@ def metaworld_runs_table(src: Sources) -> str:
     rows = [[label, _mw_validation(rec, parts), _mw_test(rec), _mw_minutes(rec),
              (rec or parts[0]["meta"])["machine"]["cpu"]["model"] if (rec or parts[0]["meta"]).get("machine") else "-"]
             for (label, _, _), (rec, parts) in zip(METAWORLD_RUNS, src.metaworld_runs, strict=True)]
-    rows += [[f"fine-tuned with `{f['setting']}` from {FINETUNES_FROM}", _mw_validation(f, ()), _mw_test(f),
-              _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")] for f in src.metaworld_finetunes]
+    rows += [[f"fine-tuned with `{f['setting']}` from {policy}"
+              + (f", on-policy ({f['config']['onpolicy_episodes']} episodes a task)"
+                 if f["config"].get("onpolicy_episodes") else ""),
+              _mw_validation(f, ()), _mw_test(f), _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")]
+             for policy, finetunes in src.metaworld_finetunes.items() for f in finetunes]
     header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",
-              "minutes: training / choosing / testing", "CPU"]
+              "minutes: data / training / choosing / testing", "CPU"]
     notes = ["", "Validation: 10 episodes a task (100 in all), the split that chooses; a run's first checkpoints "
              "without a recipe record were evaluated by `eval_metaworld.py --split validation --episodes 10` "
              "(`benchmarks/results/metaworld/policy7*_partial/validation_step*.json`). Test: 50 episodes a task on "
-             "held-out goals. Records: `benchmarks/results/metaworld/`, the shipped policy's "
+             "held-out goals. Data: writing the demonstrations, or the on-policy episodes (-: written before this "
+             "invocation, by `make_metaworld_demos.py` or by a cut-off earlier run of the command). Records: `benchmarks/results/metaworld/`, the shipped policy's "
              "`prismatic_tr/assets/metaworld_policy/evaluation.json`."]
     return "\n".join(table_lines(header, rows) + notes)
 

@@ -73,9 +73,9 @@ METAWORLD_POLICIES = {
 METAWORLD_TABLES = RESULTS / "metaworld"
 METAWORLD_TABLE_SETS = {"the shipped policy": METAWORLD_TABLES / "shipped",
                         "stage 1 (0.5.0's shipped)": METAWORLD_TABLES}
-FINETUNES_FROM = "stage 1 (0.5.0's shipped)"  # the policy the finetune_* runs started from
-# train_metaworld_policy.py --init_oft <that policy> --setting S runs (their evaluation.json): the fine-tuned rows,
-# tested under S on the same 50 test episodes a task; their speed is the training-free row's of S (the same shapes)
+# train_metaworld_policy.py --init_oft <a policy> --setting S runs (their evaluation.json, in that policy's folder of
+# METAWORLD_TABLE_SETS): the fine-tuned rows, tested under S on the same 50 test episodes a task; their speed is the
+# training-free row's of S (the same shapes)
 METAWORLD_FINETUNES = "finetune_*/evaluation.json"
 # benchmarks/gpu/run_7b.sh on a lent H100 (random weights at the 7B sizes, bfloat16): batch -> model -> results file
 GPU_RUN = RESULTS / "gpu_h100" / "run2"
@@ -101,7 +101,7 @@ class Sources:
     oft_adapters: dict[str, dict[str, Any]]  # OFT adapter name -> {"test": record, "test_5obj": record or None}
     metaworld_policies: dict[str, dict[str, Any]]  # column label -> metaworld/policy*/evaluation.json
     metaworld_tables: dict[str, list[dict[str, Any]]]  # policy -> its table*/results.json ({"meta", "records"})
-    metaworld_finetunes: list[dict[str, Any]]  # metaworld/finetune_*/evaluation.json (the recipe's records)
+    metaworld_finetunes: dict[str, list[dict[str, Any]]]  # policy -> its finetune_*/evaluation.json (recipe records)
     gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
     oft_batch4: dict[str, dict[str, Any]]  # dtype -> oft_batch4/<dtype>/results.json (4 observations a step)
     oft_avx2: dict[str, dict[str, Any]]  # dtype -> oft_avx2/<dtype>/results.json (an AVX2-only CPU)
@@ -128,7 +128,8 @@ class Sources:
                    metaworld_policies={label: read_json(root / path) for label, path in METAWORLD_POLICIES.items()},
                    metaworld_tables={label: [read_json(p) for p in metaworld_table_files(root, folder)]
                                      for label, folder in METAWORLD_TABLE_SETS.items()},
-                   metaworld_finetunes=[read_json(p) for p in metaworld_finetune_files(root)],
+                   metaworld_finetunes={label: [read_json(p) for p in metaworld_finetune_files(root, folder)]
+                                        for label, folder in METAWORLD_TABLE_SETS.items()},
                    gpu={b: {m: read_json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()},
                    oft_batch4={d: read_json(root / p) for d, p in OFT_BATCH4_BY_DTYPE.items()},
                    oft_avx2={d: read_json(root / p) for d, p in OFT_AVX2_BY_DTYPE.items()},
@@ -219,9 +220,11 @@ def serve_report_files(root: Path) -> list[Path]:
     return sorted((root / SERVE_REPORTS).glob("*.json"))
 
 
-def metaworld_finetune_files(root: Path) -> list[Path]:
-    """``metaworld/finetune_*/evaluation.json``, sorted."""
-    return sorted((root / METAWORLD_TABLES).glob(METAWORLD_FINETUNES))
+def metaworld_finetune_files(root: Path, folder: Path | None = None) -> list[Path]:
+    """``<folder>/finetune_*/evaluation.json``, sorted; every policy's with no ``folder``."""
+    if folder is None:
+        return [p for f in METAWORLD_TABLE_SETS.values() for p in metaworld_finetune_files(root, f)]
+    return sorted((root / folder).glob(METAWORLD_FINETUNES))
 
 
 def _oft_adapter_names(root: Path) -> list[str]:

@@ -26,7 +26,7 @@ tensorflow cannot share a process).
 
 import json
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,28 +143,34 @@ class TaskOutcome:
     failed_seeds: list[int]
 
 
-def _expert_worker(cfg: MetaWorldDemoConfig, send: Any) -> None:
-    """Child process: send every task's episodes, then its :class:`TaskOutcome`, then None (or the error)."""
+def _expert_items(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutcome]:
+    """Every task's episodes, then its :class:`TaskOutcome` (run in the child process of :func:`expert_stream`)."""
+    for task in cfg.tasks:
+        summary, failed = SplitSummary(task, cfg.seed_range(task)), []
+        yield from task_episodes(cfg, task, summary, failed)
+        yield TaskOutcome(task, summary, failed)
+
+
+def _child(generate: Callable[..., Iterator[Any]], args: tuple[Any, ...], what: str, send: Any) -> None:
+    """Child process of :func:`spawned_stream`: send every item ``generate(*args)`` yields, then None (or the error)."""
     try:
-        for task in cfg.tasks:
-            summary, failed = SplitSummary(task, cfg.seed_range(task)), []
-            for result in task_episodes(cfg, task, summary, failed):
-                send.send(result)
-            send.send(TaskOutcome(task, summary, failed))
+        for item in generate(*args):
+            send.send(item)
         send.send(None)
     except BaseException as exc:  # handed to the parent, which raises it
-        send.send(RuntimeError(f"the MetaWorld expert process failed: {type(exc).__name__}: {exc}"))
+        send.send(RuntimeError(f"the {what} process failed: {type(exc).__name__}: {exc}"))
     finally:
         send.close()
 
 
-def expert_stream(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutcome]:
-    """Run :func:`task_episodes` for every task in a fresh (spawned) process and yield what it sends, one episode
-    at a time. Why a process: OSMesa loads its own LLVM (libLLVM), tensorflow has another, and one process that
-    loads both crashes (segmentation fault, either order); the RLDS writer needs tensorflow."""
+def spawned_stream(generate: Callable[..., Iterator[Any]], args: tuple[Any, ...], what: str) -> Iterator[Any]:
+    """Run the generator ``generate(*args)`` (a module-level function, picklable) in a fresh spawned process and
+    yield what it yields, one item at a time; its error is raised here (``what`` names the process). Why a
+    process: OSMesa loads its own LLVM (libLLVM), tensorflow has another, and one process that loads both crashes
+    (segmentation fault, either order); the RLDS writer needs tensorflow, MetaWorld's frames need OSMesa."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    worker = context.Process(target=_expert_worker, args=(cfg, send), daemon=True)
+    worker = context.Process(target=_child, args=(generate, args, what, send), daemon=True)
     worker.start()
     send.close()
     try:
@@ -173,7 +179,7 @@ def expert_stream(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutc
                 item = receive.recv()
             except EOFError:
                 worker.join(timeout=10)
-                raise RuntimeError(f"the MetaWorld expert process died (exit code {worker.exitcode})") from None
+                raise RuntimeError(f"the {what} process died (exit code {worker.exitcode})") from None
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -184,6 +190,12 @@ def expert_stream(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutc
         worker.join(timeout=10)
         if worker.is_alive():
             worker.terminate()
+
+
+def expert_stream(cfg: MetaWorldDemoConfig) -> Iterator[EpisodeResult | TaskOutcome]:
+    """:func:`task_episodes` for every task, each task's :class:`TaskOutcome` after its episodes, run in a
+    spawned process (:func:`spawned_stream`) and yielded one episode at a time."""
+    return spawned_stream(_expert_items, (cfg,), "MetaWorld expert")
 
 
 def make_metaworld_demos(cfg: MetaWorldDemoConfig) -> DemoReport:

@@ -199,6 +199,18 @@ class MetaWorldEnv:
         """The episode's object / goal vector (MetaWorld's ``_last_rand_vec``)."""
         return np.array(self.env._last_rand_vec, dtype=np.float64)
 
+    @property
+    def target(self) -> str:
+        """The goal vector as text, a recorded episode's ``target``."""
+        return "goal vector " + " ".join(f"{v:.4f}" for v in self.goal_vector)
+
+    @property
+    def state(self) -> np.ndarray:
+        """(7,) float32: the current state (:func:`state_of`), as the observation's."""
+        if self._raw is None:
+            raise RuntimeError("call reset(seed) first")
+        return state_of(self._raw)
+
     def render(self, camera: str) -> np.ndarray:
         """(S, S, 3) uint8 frame of ``camera``, flipped upright (MetaWorld's cameras are defined upside down)."""
         if self._renderer is None:

@@ -99,6 +99,21 @@ class MetaWorldEpisode:
         self.instruction = self.env.instruction
         self.closed = False
 
+    @property
+    def kind(self) -> str:
+        """The task's name, as a recorded episode's ``kind``."""
+        return self.task
+
+    @property
+    def target(self) -> str:
+        """The episode's goal vector as text (after :meth:`reset`), as a recorded episode's ``target``."""
+        return self.env.target
+
+    @property
+    def state(self) -> np.ndarray:
+        """(7,) float32: the state now (the current observation's ``proprio``)."""
+        return self.env.state
+
     def reset(self) -> LazyObservation:
         return LazyObservation(self, self.env.reset(self.seed).state)
 

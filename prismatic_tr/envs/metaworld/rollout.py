@@ -28,8 +28,7 @@ def rollout(env: MetaWorldEnv, policy_fn: MetaWorldPolicyFn, seed: int, record: 
     """Reset ``env`` to ``seed`` and run ``policy_fn`` until success or the env's ``max_steps``; with ``record``
     keep every step's frames (observation before the action), state and action, and the frames after the last."""
     obs = env.reset(seed)
-    goal = "goal vector " + " ".join(f"{v:.4f}" for v in env.goal_vector)
-    result = EpisodeResult(int(seed), env.instruction, env.task.name, goal, RUNNING, 0)
+    result = EpisodeResult(int(seed), env.instruction, env.task.name, env.target, RUNNING, 0)
     while not env.done:
         action = np.asarray(policy_fn(obs), dtype=np.float32)
         if record:
