@@ -53,13 +53,16 @@ class OnPolicyJob:
     execute_steps: int | None = None   # chunk actions the student runs open loop per plan (null: the whole chunk)
     reduction_seed: int = 0        # seed of the student's reduction (random selections)
     threads: int = 1               # torch threads in the episode process
+    teacher: str | None = None     # the policy that labels, unreduced (None: ``checkpoint`` itself; a second round
+                                   #   of episodes: the first round's fine-tune drives, the original policy labels)
 
     def seeds(self) -> list[int]:
         return list(range(self.seed, self.seed + self.episodes_per_task))
 
     def identity(self) -> dict[str, Any]:
-        """What the dataset depends on (``threads`` does not change an episode)."""
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "threads"}
+        """What the dataset depends on (``threads`` does not change an episode; the teacher is named)."""
+        return {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "threads"},
+                "teacher": self.teacher or self.checkpoint}
 
 
 def _onpolicy_items(job: OnPolicyJob, unnorm_key: str) -> Iterator[EpisodeResult]:
@@ -72,7 +75,7 @@ def _onpolicy_items(job: OnPolicyJob, unnorm_key: str) -> Iterator[EpisodeResult
 
     torch.set_num_threads(job.threads)
     student, processor = load_vla(Path(job.checkpoint))
-    teacher, _ = load_vla(Path(job.checkpoint))
+    teacher, _ = load_vla(Path(job.teacher or job.checkpoint))
     with reductions_attached(student.eval(), parse_setting(job.setting).reductions(job.reduction_seed)):
         for task in job.tasks:
             with EpisodePool(task, job.image_size) as pool:
@@ -130,13 +133,13 @@ def onpolicy_job(cfg: Any) -> OnPolicyJob:
     ``--onpolicy_episodes``: its policy (``--init_oft``) under its ``--setting``, its tasks, frames and chunk."""
     return OnPolicyJob(str(cfg.init_oft), cfg.parsed_setting.label, tuple(cfg.tasks), cfg.onpolicy_episodes,
                        cfg.onpolicy_seed, cfg.chunk, cfg.image_size, cfg.eval_batch_size, cfg.execute_steps, cfg.seed,
-                       torch.get_num_threads())
+                       torch.get_num_threads(), str(cfg.onpolicy_teacher) if cfg.onpolicy_teacher else None)
 
 
 def check_onpolicy_flags(cfg: Any) -> None:
     """``--onpolicy_episodes``' companions, checked before any work (ValueError naming the first bad one): a
     policy (``--init_oft``) and a setting that reduces, no ``--data_root`` or stage 2, seeds in the demonstrations
-    split, and no on-policy data of another job in ``<output_dir>/data``."""
+    split, a teacher that is a checkpoint, and no on-policy data of another job in ``<output_dir>/data``."""
     from prismatic_tr.cli import check_int_flag
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import DEMONSTRATIONS, check_seeds
@@ -149,6 +152,10 @@ def check_onpolicy_flags(cfg: Any) -> None:
         raise ValueError(f"--onpolicy_episodes {n} makes its own data and has no stage 2: omit --data_root and "
                          "--refine.max_steps")
     check_int_flag("onpolicy_seed", cfg.onpolicy_seed, 0)
+    teacher = cfg.onpolicy_teacher
+    if teacher is not None and not (Path(teacher) / "config.json").is_file():
+        raise ValueError(f"--onpolicy_teacher {str(teacher)!r} is not a checkpoint directory (no config.json); give "
+                         "the policy that labels, or omit it to label with --init_oft unreduced")
     check_seeds(DEMONSTRATIONS, cfg.onpolicy_seed, n,
                 job=f"--onpolicy_seed {cfg.onpolicy_seed} with {n} episodes a task", splits=METAWORLD_SPLITS)
     check_onpolicy_data(Path(cfg.output_dir) / "data" / "metaworld_mt10" / ONPOLICY_SUMMARY, onpolicy_job(cfg))

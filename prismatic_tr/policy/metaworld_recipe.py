@@ -101,6 +101,9 @@ class MetaWorldPolicyTrainConfig:
                                                #   policy unreduced (its chunk wherever the student plans one:
                                                #   prismatic_tr.policy.metaworld_onpolicy), not on demonstrations
     onpolicy_seed: int = 100000                # their first seed (demonstrations split, far from the demos' seeds)
+    onpolicy_teacher: Path | None = None       # the policy that labels them, unreduced (default: --init_oft; a
+                                               #   second round: --init_oft the first round's fine-tune, this the
+                                               #   original policy)
     chunk: int = 8                             # actions predicted per pass
     attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
     proprio_slots: bool = True                 # the state token is every action slot's input (ours, not OFT's:

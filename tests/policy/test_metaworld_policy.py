@@ -123,6 +123,10 @@ def test_on_policy_fine_tuning_needs_a_policy_and_a_reduction_and_refuses_other_
     assert (job.checkpoint, job.setting, job.episodes_per_task, job.seed, job.chunk) == \
         (str(policy), "diverse:0.1", 3, 100_000, 8)
     assert job.seeds() == [100_000, 100_001, 100_002] and cfg.refine_steps == 0
+    assert job.teacher is None and job.identity()["teacher"] == str(policy)   # the policy labels its own episodes
+    second = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "round2"), *flags,
+                                                  "--onpolicy_teacher", str(policy)])
+    assert onpolicy_job(second).identity()["teacher"] == str(policy)
     written = tmp_path / "ok" / "data" / "metaworld_mt10"
     written.mkdir(parents=True)
     (written / "onpolicy.json").write_text(json.dumps({"job": {**job.identity(), "episodes_per_task": 5}}))
@@ -132,7 +136,8 @@ def test_on_policy_fine_tuning_needs_a_policy_and_a_reduction_and_refuses_other_
                         ([*flags, "--data_root", str(tmp_path)], "omit --data_root"),
                         ([*flags, "--refine.max_steps", "5"], "omit --data_root and --refine.max_steps"),
                         ([*flags, "--onpolicy_seed", "499999"], "--onpolicy_seed 499999"),
-                        ([*flags[:4], "--onpolicy_episodes", "-1"], "--onpolicy_episodes -1")):
+                        ([*flags[:4], "--onpolicy_episodes", "-1"], "--onpolicy_episodes -1"),
+                        ([*flags, "--onpolicy_teacher", str(tmp_path)], "--onpolicy_teacher")):
         with pytest.raises(SystemExit) as exc:
             train_metaworld_policy.parse_config(argv if "--output_dir" in argv
                                                 else ["--output_dir", str(tmp_path / "bad"), *argv])
