@@ -278,6 +278,31 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
     assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 4
 
 
+def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from prismatic_tr.policy.checkpoint_choice import LAST
+
+    monkeypatch.setattr(metaworld, "METAWORLD_RUNS", [])   # only the fine-tune's row in the runs table
+
+    task = {"success_rate": 0.8, "successes": 40, "episodes": 50}
+    table = {"meta": {"trained_with": None, **META}, "records": [
+        {"setting": label, "num_patches": 512, "tasks": {"reach-v3": task}, "successes": 40, "episodes": 50,
+         "mean_success_rate": 0.8, "predict_action_speedup": 1.0} for label in ("none", "diverse:0.1")]}
+    second = {"setting": "diverse:0.1", "minutes": {"demonstrations": 11.4, "training": 9, "selection": 0,
+                                                    "evaluation_test": 12},
+              "config": {"max_steps": 300, "onpolicy_episodes": 20, "init_oft": "/round1", "onpolicy_teacher": "/p"},
+              "selection": {"episodes_per_task": 0, "rule": LAST, "candidates": ["/c/step_300"]},
+              "evaluation": {"test": {"tasks": {"reach-v3": task}, "mean_success_rate": 0.8}}}
+    src = SimpleNamespace(metaworld_tables={"the policy": [table]}, metaworld_finetunes={"the policy": [second]},
+                          metaworld_runs=[])
+    row = metaworld.metaworld_table(src).splitlines()[4]
+    assert "on-policy episodes of the fine-tune above (20 a task)" in row and "a second round from it" in row
+    assert "the last step's checkpoint (no choice)" in row
+    runs = metaworld.metaworld_runs_table(src).splitlines()
+    assert runs[2].startswith("| fine-tuned with `diverse:0.1` from the policy, on-policy (20 episodes a task, "
+                              "second round) | - (the last step's checkpoint, not chosen) | 40/50, 80.0 % | 11 / 9 / 0 / 12")
+
+
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:
     def task(wins: int, steps: float) -> dict:
         return {"episodes": 50, "successes": wins, "success_rate": wins / 50, "success_ci_low": 0.1,

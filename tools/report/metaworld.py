@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from prismatic_tr.policy.checkpoint_choice import LAST
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
 from tools.report.cells import ADAPTER_MARK, cpu_words, pct, speedup, table_lines
 from tools.report.sources import METAWORLD_RUNS, Sources
@@ -94,10 +95,25 @@ def metaworld_table(src: Sources) -> str:
 def _finetune_words(record: dict[str, Any]) -> str:
     """``600 steps on on-policy episodes (40 a task), step 400 chosen on validation``: how a fine-tune was made."""
     sel, config = record["selection"], record["config"]
-    chosen = next(c["step"] for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
-    data = (f"on-policy episodes ({config['onpolicy_episodes']} a task, labelled by the policy unreduced)"
-            if config.get("onpolicy_episodes") else "the expert's demonstrations")
-    return f"{config['max_steps']} steps on {data}, step {chosen} chosen on validation"
+    if sel.get("rule") == LAST:
+        choice = "the last step's checkpoint (no choice)"
+    else:
+        chosen = next(c["step"] for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
+        choice = f"step {chosen} chosen on validation"
+    if not config.get("onpolicy_episodes"):
+        data = "the expert's demonstrations"
+    elif _second_round(config):
+        data = (f"on-policy episodes of the fine-tune above ({config['onpolicy_episodes']} a task), labelled by the "
+                "policy unreduced: a second round from it")
+    else:
+        data = f"on-policy episodes ({config['onpolicy_episodes']} a task, labelled by the policy unreduced)"
+    return f"{config['max_steps']} steps on {data}, {choice}"
+
+
+def _second_round(config: dict[str, Any]) -> bool:
+    """A fine-tune whose on-policy episodes another policy labelled than the one that drove them."""
+    teacher = config.get("onpolicy_teacher")
+    return bool(teacher) and teacher != config.get("init_oft")
 
 
 def _mw_validation(record: dict[str, Any] | None, partial: Sequence[dict[str, Any]]) -> str:
@@ -109,6 +125,8 @@ def _mw_validation(record: dict[str, Any] | None, partial: Sequence[dict[str, An
         rec = next(r for r in run["records"] if r["setting"] == "none")
         points[step] = (rec["successes"], rec["episodes"])
     chosen = None
+    if record is not None and record["selection"].get("rule") == LAST:
+        return "- (the last step's checkpoint, not chosen)"
     if record is not None:
         sel = record["selection"]
         n = sel["episodes_per_task"] * len(record["evaluation"]["test"]["tasks"])
@@ -143,7 +161,8 @@ def metaworld_runs_table(src: Sources) -> str:
              (rec or parts[0]["meta"])["machine"]["cpu"]["model"] if (rec or parts[0]["meta"]).get("machine") else "-"]
             for (label, _, _), (rec, parts) in zip(METAWORLD_RUNS, src.metaworld_runs, strict=True)]
     rows += [[f"fine-tuned with `{f['setting']}` from {policy}"
-              + (f", on-policy ({f['config']['onpolicy_episodes']} episodes a task)"
+              + (f", on-policy ({f['config']['onpolicy_episodes']} episodes a task"
+                 + (", second round)" if _second_round(f["config"]) else ")")
                  if f["config"].get("onpolicy_episodes") else ""),
               _mw_validation(f, ()), _mw_test(f), _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")]
              for policy, finetunes in src.metaworld_finetunes.items() for f in finetunes]
