@@ -136,10 +136,10 @@ def onpolicy_job(cfg: Any) -> OnPolicyJob:
                        torch.get_num_threads(), str(cfg.onpolicy_teacher) if cfg.onpolicy_teacher else None)
 
 
-def check_onpolicy_flags(cfg: Any) -> None:
+def check_onpolicy_flags(cfg: Any, dataset: str) -> None:
     """``--onpolicy_episodes``' companions, checked before any work (ValueError naming the first bad one): a
     policy (``--init_oft``) and a setting that reduces, no ``--data_root`` or stage 2, seeds in the demonstrations
-    split, a teacher that is a checkpoint, and no on-policy data of another job in ``<output_dir>/data``."""
+    split, a teacher that is a checkpoint, and no on-policy data of another job in ``<output_dir>/data/<dataset>``."""
     from prismatic_tr.cli import check_int_flag
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import DEMONSTRATIONS, check_seeds
@@ -158,7 +158,7 @@ def check_onpolicy_flags(cfg: Any) -> None:
                          "the policy that labels, or omit it to label with --init_oft unreduced")
     check_seeds(DEMONSTRATIONS, cfg.onpolicy_seed, n,
                 job=f"--onpolicy_seed {cfg.onpolicy_seed} with {n} episodes a task", splits=METAWORLD_SPLITS)
-    check_onpolicy_data(Path(cfg.output_dir) / "data" / "metaworld_mt10" / ONPOLICY_SUMMARY, onpolicy_job(cfg))
+    check_onpolicy_data(Path(cfg.output_dir) / "data" / dataset / ONPOLICY_SUMMARY, onpolicy_job(cfg))
 
 
 def ensure_onpolicy_data(cfg: Any, data_root: Path, dataset: str) -> Path:

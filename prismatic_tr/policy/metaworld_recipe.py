@@ -151,7 +151,7 @@ class MetaWorldPolicyTrainConfig:
         if self.onpolicy_episodes:
             from prismatic_tr.policy.metaworld_onpolicy import check_onpolicy_flags
 
-            check_onpolicy_flags(self)
+            check_onpolicy_flags(self, DATASET)
         elif self.data_root is not None:
             self.data_root = Path(self.data_root)
             if not (self.data_root / DATASET).is_dir():
