@@ -118,6 +118,39 @@ class OFTChunkSource:
             yield np.asarray(part, dtype=np.float32)
 
 
+class OFTChunkSources:
+    """Several :class:`OFTChunkSource` read as one (DAgger's aggregation: every round's episodes train together):
+    their steps one after another, for the training pipeline's shuffle to mix. ValueError when they differ in what
+    a step holds (cameras encoded or not, state size)."""
+
+    def __init__(self, sources: Sequence[OFTChunkSource]) -> None:
+        if not sources:
+            raise ValueError("OFTChunkSources needs at least one source")
+        first = sources[0]
+        for other in sources[1:]:
+            if (other.rlds.keys.image_is_encoded, other.state_dim, len(other.image_keys)) != \
+                    (first.rlds.keys.image_is_encoded, first.state_dim, len(first.image_keys)):
+                raise ValueError(f"{other.rlds.version_dir} cannot train beside {first.rlds.version_dir}: its steps "
+                                 f"differ (encoded images {other.rlds.keys.image_is_encoded} vs "
+                                 f"{first.rlds.keys.image_is_encoded}, state {other.state_dim} vs {first.state_dim}, "
+                                 f"cameras {len(other.image_keys)} vs {len(first.image_keys)})")
+        self.sources = list(sources)
+
+    @property
+    def num_episodes(self) -> int:
+        return sum(s.num_episodes for s in self.sources)
+
+    def step_dataset(self, shard: tuple[int, int] = (0, 1)) -> Any:
+        """The sources' steps (as :meth:`OFTChunkSource.step_dataset`), one source after another."""
+        ds = self.sources[0].step_dataset(shard)
+        for source in self.sources[1:]:
+            ds = ds.concatenate(source.step_dataset(shard))
+        return ds
+
+    def decode(self, ds: Any) -> Any:
+        return self.sources[0].decode(ds)
+
+
 def oft_statistics(source: OFTChunkSource, dataset_name: str) -> dict[str, Any]:
     """OFT's ``dataset_statistics.json`` content for the split: OpenVLA's action block (gripper not normalised)
     plus a ``"proprio"`` block (every dimension normalised)."""

@@ -6,7 +6,8 @@ trained under, as a checkpoint's ``config.token_reduction``) and ``record.json``
 checkpoint, the bundled policy's sha256, training command and time, the validation curve and the test result).
 An adapter of an OpenVLA-OFT policy also holds the heads trained whole beside the LoRA, in OFT's files
 (``action_head--latest_checkpoint.pt``, ``proprio_projector--latest_checkpoint.pt``, float32); its default base is the
-bundled OFT-style policy. ``scripts/finetune_reduced.sh`` makes and installs one; :func:`load_adapted_policy` gives
+bundled OFT-style policy, or the MetaWorld policy for an adapter its record says was trained on it (made by
+``vla_scripts/train_metaworld_policy.py --lora_rank``: :mod:`prismatic_tr.policy.metaworld_lora`). ``scripts/finetune_reduced.sh`` makes and installs one; :func:`load_adapted_policy` gives
 the reduced policy::
 
     vla, processor = load_adapted_policy("vision-diverse-0.1-0.25")      # bundled policy + adapter + reduction
@@ -34,7 +35,12 @@ import torch
 
 from prismatic_tr.models.family import family_of
 from prismatic_tr.models.oft_checkpoint import component_files, read_component
-from prismatic_tr.policy.bundled import BUNDLED_POLICY_DIR, bundled_oft_policy_dir, bundled_policy_dir
+from prismatic_tr.policy.bundled import (
+    BUNDLED_METAWORLD_POLICY_DIR,
+    BUNDLED_POLICY_DIR,
+    bundled_oft_policy_dir,
+    bundled_policy_dir,
+)
 
 ADAPTERS_DIR = BUNDLED_POLICY_DIR.parent / "adapters"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -132,9 +138,13 @@ def read_adapter(name_or_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any
 
 
 def default_base(name_or_dir: str | Path) -> Path:
-    """The bundled policy an adapter loads on by default: the OFT-style one for an adapter with OFT's heads, else
-    the OpenVLA-style one."""
-    return bundled_oft_policy_dir() if component_files(adapter_dir(name_or_dir)) else bundled_policy_dir()
+    """The bundled policy an adapter loads on by default: the one whose weights its record names (the MetaWorld
+    policy's adapters), else the OFT-style one for an adapter with OFT's heads, else the OpenVLA-style one."""
+    path = adapter_dir(name_or_dir)
+    expected = read_adapter(path)[1].get("base_sha256")
+    if expected and BUNDLED_METAWORLD_POLICY_DIR.is_dir() and base_sha256(BUNDLED_METAWORLD_POLICY_DIR) == expected:
+        return BUNDLED_METAWORLD_POLICY_DIR
+    return bundled_oft_policy_dir() if component_files(path) else bundled_policy_dir()
 
 
 def load_adapted_policy(name_or_dir: str | Path, base: str | Path | None = None, apply_reduction: bool = True,

@@ -122,6 +122,8 @@ def check_onpolicy_data(summary: Path, job: OnPolicyJob) -> None:
     fine: the data is made)."""
     if summary.is_file():
         held = json.loads(summary.read_text()).get("job")
+        if isinstance(held, dict) and "teacher" not in held:   # written before teachers were named: its own policy
+            held = {**held, "teacher": held.get("checkpoint")}
         if held != job.identity():
             changed = sorted(k for k in job.identity() if (held or {}).get(k) != job.identity()[k])
             raise ValueError(f"{summary} records on-policy episodes made otherwise ({', '.join(changed)} differ); "
@@ -139,7 +141,8 @@ def onpolicy_job(cfg: Any) -> OnPolicyJob:
 def check_onpolicy_flags(cfg: Any, dataset: str) -> None:
     """``--onpolicy_episodes``' companions, checked before any work (ValueError naming the first bad one): a
     policy (``--init_oft``) and a setting that reduces, no ``--data_root`` or stage 2, seeds in the demonstrations
-    split, a teacher that is a checkpoint, and no on-policy data of another job in ``<output_dir>/data/<dataset>``."""
+    split, a teacher that is a checkpoint, no on-policy data of another job in ``<output_dir>/data/<dataset>``, and
+    earlier rounds (``--onpolicy_aggregate``) that can train beside this one (:func:`check_aggregated`)."""
     from prismatic_tr.cli import check_int_flag
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import DEMONSTRATIONS, check_seeds
@@ -159,6 +162,29 @@ def check_onpolicy_flags(cfg: Any, dataset: str) -> None:
     check_seeds(DEMONSTRATIONS, cfg.onpolicy_seed, n,
                 job=f"--onpolicy_seed {cfg.onpolicy_seed} with {n} episodes a task", splits=METAWORLD_SPLITS)
     check_onpolicy_data(Path(cfg.output_dir) / "data" / dataset / ONPOLICY_SUMMARY, onpolicy_job(cfg))
+    for root in cfg.onpolicy_aggregate:
+        check_aggregated(Path(root), onpolicy_job(cfg), Path(cfg.output_dir) / "data", dataset)
+
+
+def check_aggregated(root: Path, job: OnPolicyJob, own_root: Path, dataset: str) -> None:
+    """ValueError unless ``root`` holds a finished on-policy round (``<root>/<dataset>/onpolicy.json``) that can
+    train beside ``job``'s episodes: another data root, the same tasks, chunk and frames, labelled by the same
+    policy (the labels of both rounds are then one teacher's)."""
+    summary = root / dataset / ONPOLICY_SUMMARY
+    if root.resolve() == own_root.resolve():
+        raise ValueError(f"--onpolicy_aggregate {str(root)!r} is this round's own data (<output_dir>/data); name "
+                         "earlier rounds' data roots")
+    if not summary.is_file():
+        raise ValueError(f"--onpolicy_aggregate {str(root)!r} holds no finished on-policy round ({summary} is "
+                         "missing); name the <output_dir>/data of an earlier --onpolicy_episodes run")
+    held = json.loads(summary.read_text())["job"]
+    mine = job.identity()
+    differ = [k for k in ("tasks", "chunk", "image_size") if held.get(k) != mine[k]]
+    if Path(held.get("teacher") or held["checkpoint"]).resolve() != Path(mine["teacher"]).resolve():
+        differ.append(f"teacher ({held.get('teacher') or held['checkpoint']} vs {mine['teacher']})")
+    if differ:
+        raise ValueError(f"--onpolicy_aggregate {str(root)!r} cannot train beside this round: {', '.join(differ)} "
+                         "differ")
 
 
 def ensure_onpolicy_data(cfg: Any, data_root: Path, dataset: str) -> Path:

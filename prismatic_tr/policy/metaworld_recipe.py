@@ -54,6 +54,8 @@ from prismatic_tr.envs.metaworld.tasks import (
     metaworld_task,
 )
 from prismatic_tr.envs.splits import TEST, VALIDATION, split_ranges, split_seeds
+from prismatic_tr.policy.metaworld_lora import check_lora_flags, ship_adapter, train_lora, write_adapter
+from prismatic_tr.policy.metaworld_onpolicy import ONPOLICY_SUMMARY, check_onpolicy_flags
 from prismatic_tr.policy.metaworld_records import run_facts, two_stage_record
 
 DATASET = "metaworld_mt10"   # the demonstrations' tfds name = the policy's unnorm_key
@@ -104,6 +106,13 @@ class MetaWorldPolicyTrainConfig:
     onpolicy_teacher: Path | None = None       # the policy that labels them, unreduced (default: --init_oft; a
                                                #   second round: --init_oft the first round's fine-tune, this the
                                                #   original policy)
+    onpolicy_aggregate: list[str] = field(default_factory=list)  # earlier rounds' on-policy data (their
+                                               #   <output_dir>/data) trained on beside this round's episodes
+                                               #   (DAgger's aggregation), labelled by the same policy
+    lora_rank: int = 0                         # > 0: with --init_oft and --setting, train LoRA adapters of this
+                                               #   rank (the heads whole) and write the chosen one as an adapter
+                                               #   (<output_dir>/adapter: prismatic_tr.policy.metaworld_lora); 0: the
+                                               #   whole policy
     chunk: int = 8                             # actions predicted per pass
     attention: str = "causal"                  # attention over the pass (prismatic_tr.models.oft_config.ATTENTIONS)
     proprio_slots: bool = True                 # the state token is every action slot's input (ours, not OFT's:
@@ -126,7 +135,8 @@ class MetaWorldPolicyTrainConfig:
     bf16_autocast: bool | None = None          # null: where the CPU computes bf16 natively, else float32
     install_dir: Path | None = None            # also copy the chosen checkpoint and its records (training_curve.csv,
                                                #   evaluation.json, demos.json) here (the shipped policy:
-                                               #   prismatic_tr/assets/metaworld_policy)
+                                               #   prismatic_tr/assets/metaworld_policy); a LoRA run: its adapter
+                                               #   and evaluation.json (prismatic_tr/assets/adapters/<name>)
     resume: bool = True                        # continue the training state an earlier run with the same training
                                                #   flags left in output_dir, skip a stage it finished (false: afresh)
     progress: bool = True                      # progress bars
@@ -147,10 +157,12 @@ class MetaWorldPolicyTrainConfig:
             metaworld_task(task)
         check_training_flags(self)
         self.check_refine()
+        check_lora_flags(self)
         check_int_flag("onpolicy_episodes", self.onpolicy_episodes, 0)
+        if self.onpolicy_aggregate and not self.onpolicy_episodes:
+            raise ValueError(f"--onpolicy_aggregate {self.onpolicy_aggregate} adds earlier rounds to a round of "
+                             "on-policy episodes: give --onpolicy_episodes too")
         if self.onpolicy_episodes:
-            from prismatic_tr.policy.metaworld_onpolicy import check_onpolicy_flags
-
             check_onpolicy_flags(self, DATASET)
         elif self.data_root is not None:
             self.data_root = Path(self.data_root)
@@ -330,7 +342,7 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
     """One training run in ``cfg.output_dir``: demonstrations, training, the choice on validation, the chosen
     checkpoint copied to ``policy/`` and, with ``test``, its test episodes; returns (and writes to
     ``evaluation.json``) what it did and measured. A run of the same flags that finished is returned as it is."""
-    from prismatic_tr.policy.oft_recipe import install, start_policy, train_policy
+    from prismatic_tr.policy.oft_recipe import CURVE, install, start_policy, train_policy
 
     done = finished_stage(cfg, test)
     if done is not None:
@@ -340,12 +352,19 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
     t0 = time.perf_counter()
     data_root = ensure_demos(cfg)
     t_demos = time.perf_counter()
-    vla, processor, _, base = start_policy(cfg, data_root, DATASET)
-    result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET)
-    del vla
+    aggregated = [Path(root) for root in cfg.onpolicy_aggregate]
+    if cfg.lora_rank:
+        base = cfg.init_oft
+        checkpoints, history = train_lora(cfg, data_root, DATASET, cfg.output_dir / CURVE)
+    else:
+        vla, processor, _, base = start_policy(cfg, data_root, DATASET)
+        result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET, also=aggregated)
+        checkpoints, history = result.checkpoints, result.history
+        del vla
     t_train = time.perf_counter()
-    checkpoint, selection = choose(cfg, result.checkpoints)
+    checkpoint, selection = choose(cfg, checkpoints)
     policy = install(checkpoint, [], cfg.output_dir / "policy")
+    adapter = write_adapter(checkpoint, cfg, DATASET) if cfg.lora_rank else None
     t_select = time.perf_counter()
     evaluation = {TEST: evaluate(policy, TEST, cfg.test_episodes, cfg)} if test else {}
     demos = next((f for f in (data_root / DATASET / n for n in ("demos.json", "onpolicy.json")) if f.is_file()),
@@ -355,9 +374,13 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
         "config": cfg.to_record(), "base_policy": str(base), "oft_settings": asdict(cfg.settings()),
         "setting": cfg.parsed_setting.label, "seed_splits": split_ranges(METAWORLD_SPLITS),
         "demonstrations": {"data_root": str(data_root), **(json.loads(demos.read_text()) if demos.is_file() else {})},
-        "training": {"steps": cfg.max_steps, "last_loss": result.history[-1]["loss"], "curve": "training_curve.csv",
-                     "checkpoints": {str(k): str(v) for k, v in result.checkpoints.items()}},
+        **({"aggregated": [{"data_root": str(root), **json.loads((root / DATASET / ONPOLICY_SUMMARY).read_text())}
+                           for root in aggregated]} if aggregated else {}),
+        "training": {"steps": cfg.max_steps, "last_loss": history[-1]["loss"], "curve": CURVE,
+                     "checkpoints": {str(k): str(v) for k, v in checkpoints.items()},
+                     **({"lora_rank": cfg.lora_rank} if cfg.lora_rank else {})},
         "selection": selection, "checkpoint": str(checkpoint), "policy": str(policy),
+        **({"adapter": str(adapter)} if adapter is not None else {}),
         "execute_steps": cfg.execute_steps or cfg.chunk, "evaluation": evaluation,
         "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
                     "selection": (t_select - t_train) / 60,
@@ -394,7 +417,9 @@ def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:
         curves = {f"training_curve_stage{i}.csv": cfg.output_dir / f"stage{i}" / CURVE for i in (1, 2)}
         demos = {f"demos_stage{i}.json": Path(r["demonstrations"]["data_root"]) / DATASET / "demos.json"
                  for i, r in ((1, first), (2, second))}
-    if cfg.install_dir is not None:
+    if cfg.install_dir is not None and "adapter" in record:
+        ship_adapter(Path(record["adapter"]), cfg.output_dir / "evaluation.json", Path(cfg.install_dir))
+    elif cfg.install_dir is not None:
         target = install(Path(record["checkpoint"]), [cfg.output_dir / "evaluation.json"], Path(cfg.install_dir))
         for name, path in {**curves, **demos}.items():
             if path.is_file():

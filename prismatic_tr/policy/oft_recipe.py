@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -175,16 +176,18 @@ class OFTPolicyTrainConfig:
 
 
 def batches(cfg: Any, data_root: Path, processor: Any, stats: dict[str, Any], dataset: str = DATASET,
-            skip: int = 0) -> Any:
+            skip: int = 0, also: Sequence[Path] = ()) -> Any:
     """An endless iterator of collated training batches of ``dataset`` (shuffled with ``cfg.seed``; ``cfg`` has
     ``chunk``, ``num_images``, ``batch_size``, ``seed`` and ``settings()``), the first ``skip`` examples passed
-    over."""
+    over; ``also``: further data roots holding ``dataset`` whose steps join ``data_root``'s (earlier on-policy
+    rounds), normalised with the same ``stats``."""
     from torch.utils.data import DataLoader
 
     from prismatic_tr.data import RLDSIterableDataset
-    from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator
+    from prismatic_tr.data.oft import OFTChunkSource, OFTChunkSources, OFTChunkTransform, OFTCollator
 
-    source = OFTChunkSource(data_root, dataset, "train", cfg.chunk, cfg.num_images)
+    source = OFTChunkSources([OFTChunkSource(root, dataset, "train", cfg.chunk, cfg.num_images)
+                              for root in (data_root, *also)])
     transform = OFTChunkTransform(processor, stats[dataset], cfg.settings().normalization)
     dataset = RLDSIterableDataset(source, transform, train=True, shuffle_buffer_size=20_000, seed=cfg.seed,
                                    skip=skip)
@@ -233,11 +236,12 @@ def start_policy(cfg: Any, data_root: Path, dataset: str) -> tuple[Any, Any, dic
     return vla, processor, stats, Path(base)
 
 
-def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data_root: Path, dataset: str) -> Any:
+def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data_root: Path, dataset: str,
+                 also: Sequence[Path] = ()) -> Any:
     """AdamW on the L1 loss with ``cfg.parsed_setting`` attached (warm-up and cosine, a checkpoint of the VLA and
-    the processor every ``cfg.save_steps`` under ``<output_dir>/checkpoints``); the curve written to
-    ``<output_dir>/training_curve.csv``; the :class:`~prismatic_tr.policy.oft_policy.OFTTrainResult`. With
-    ``cfg.resume``, a state an earlier run of the same training flags left in ``<output_dir>`` is continued
+    the processor every ``cfg.save_steps`` under ``<output_dir>/checkpoints``; ``also``: see :func:`batches`); the
+    curve written to ``<output_dir>/training_curve.csv``; the :class:`~prismatic_tr.policy.oft_policy.OFTTrainResult`.
+    With ``cfg.resume``, a state an earlier run of the same training flags left in ``<output_dir>`` is continued
     (:mod:`prismatic_tr.policy.train_state`); the state is kept as training goes either way."""
     from prismatic_tr.policy.oft_policy import train_oft
     from prismatic_tr.policy.train import write_curve
@@ -255,7 +259,8 @@ def train_policy(cfg: Any, vla: Any, processor: Any, stats: dict[str, Any], data
         state_path.unlink(missing_ok=True)
     torch.manual_seed(cfg.seed)
     with reductions_attached(vla, cfg.parsed_setting.reductions(cfg.seed)):
-        data = batches(cfg, data_root, processor, stats, dataset, skip=start["step"] * cfg.batch_size if start else 0)
+        data = batches(cfg, data_root, processor, stats, dataset,
+                       skip=start["step"] * cfg.batch_size if start else 0, also=also)
         result = train_oft(vla, data, cfg.max_steps,
                            lambda step: lr_factor(step, cfg.lr_warmup_steps, cfg.max_steps), cfg.learning_rate,
                            cfg.output_dir / "checkpoints", cfg.save_steps, save, cfg.freeze_vision, bf16_autocast(cfg),

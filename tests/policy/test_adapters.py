@@ -85,10 +85,14 @@ def test_adapter_refuses_another_base_and_bad_names(paths, trained, tmp_path):
     assert adapters.main(["install", str(unreduced), str(tmp_path / "nope")]) == 2
 
 
-@pytest.mark.parametrize("name", adapters.shipped_adapters() or ["(none shipped)"])
+METAWORLD = "metaworld_mt10"   # a MetaWorld policy's adapter names this benchmark in its record
+SHIPPED = {name: adapters.read_adapter(name)[1].get("benchmark") == METAWORLD for name in adapters.shipped_adapters()}
+
+
+@pytest.mark.parametrize("name", [n for n, mw in SHIPPED.items() if not mw] or ["(none shipped)"])
 def test_shipped_adapter_acts_under_its_setting(name):
-    """Every adapter in prismatic_tr/assets/adapters loads on the bundled policy of its kind (OpenVLA- or OFT-style)
-    with its setting attached, carries
+    """Every tabletop adapter in prismatic_tr/assets/adapters loads on the bundled policy of its kind (OpenVLA- or
+    OFT-style) with its setting attached, carries
     its record (validation curve, test result, training time), and solves most of 20 validation episodes."""
     if name == "(none shipped)":
         pytest.skip("no adapter is shipped in prismatic_tr/assets/adapters")
@@ -104,6 +108,38 @@ def test_shipped_adapter_acts_under_its_setting(name):
     assert handle.settings.keep_ratio == setting["reduction_ratio"]  # the shipped file's key (v0.3)
     outcomes = run_episodes(vla.eval(), processor, list(split_seeds(VALIDATION, 20)), key, batch_size=20)
     assert sum(o.success for o in outcomes) >= 15, [o.outcome for o in outcomes]
+
+
+@pytest.mark.parametrize("name", [n for n, mw in SHIPPED.items() if mw] or ["(none shipped)"])
+def test_shipped_metaworld_adapter_is_its_recipes_choice_and_acts_under_its_setting(name):
+    """Every MetaWorld adapter loads on the shipped MetaWorld policy by default (the weights its record names), with
+    its setting attached, ships its recipe's record (the checkpoint chosen on validation and tested on 50 episodes a
+    task: the closed-loop evidence, and the slow one-command test runs the recipe end to end), and gives a finite
+    chunk that the adapter changed (the policy without it, under the same setting, gives another)."""
+    if name == "(none shipped)":
+        pytest.skip("no MetaWorld adapter is shipped in prismatic_tr/assets/adapters")
+    import numpy as np
+
+    from prismatic_tr.bench.vla.job import sample_inputs
+    from prismatic_tr.envs.metaworld.tasks import STATE_DIM
+    from prismatic_tr.policy.bundled import bundled_metaworld_policy_dir
+    from prismatic_tr.vla import apply_token_reduction_spec
+
+    setting, record = adapters.read_adapter(name)
+    evaluation = json.loads((adapters.adapter_dir(name) / "evaluation.json").read_text())
+    assert evaluation["selection"]["split"] == "validation" and evaluation["checkpoint"] == record["source_checkpoint"]
+    assert evaluation["evaluation"]["test"]["episodes_per_task"] == 50 and evaluation["training"]["lora_rank"]
+    assert adapters.default_base(name) == bundled_metaworld_policy_dir()
+    vla, processor = adapters.load_adapted_policy(name)
+    handle = get_token_reduction(vla)
+    assert handle is not None and handle.settings.site == setting["site"] and handle.settings.label == evaluation["setting"]
+    plain, _ = load_vla(bundled_metaworld_policy_dir())
+    apply_token_reduction_spec(plain, evaluation["setting"])
+    inputs = sample_inputs(processor, "open the window", 1, 224, 0, num_images=2, proprio_dim=STATE_DIM)
+    with torch.no_grad():
+        chunks = [np.asarray(m.predict_action(**inputs, unnorm_key=METAWORLD, do_sample=False)[0]) for m in (vla, plain)]
+    assert chunks[0].reshape(-1, 7).shape == (8, 7) and np.isfinite(chunks[0]).all()
+    assert not np.allclose(chunks[0], chunks[1], atol=1e-4)
 
 
 def test_adapter_config_from_a_newer_peft_loads_unless_it_uses_what_this_peft_lacks(tmp_path):

@@ -145,6 +145,67 @@ def test_on_policy_fine_tuning_needs_a_policy_and_a_reduction_and_refuses_other_
     assert not (tmp_path / "bad").exists()
 
 
+def test_an_on_policy_round_aggregates_only_earlier_rounds_labelled_by_the_same_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--onpolicy_aggregate (DAgger's aggregation): earlier rounds' data roots are taken when they hold a finished
+    round of the same tasks, chunk and frames labelled by the same teacher; anything else exits 2 naming it."""
+    from prismatic_tr.policy.metaworld_onpolicy import onpolicy_job
+
+    policy, other = write_tiny_oft_config(tmp_path / "policy"), write_tiny_oft_config(tmp_path / "other")
+    flags = ["--init_oft", str(other), "--onpolicy_teacher", str(policy), "--setting", "diverse:0.1",
+             "--onpolicy_episodes", "3"]
+    first = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "round1"), "--init_oft", str(policy),
+                                                 "--setting", "diverse:0.1", "--onpolicy_episodes", "3"])
+    round1 = tmp_path / "round1" / "data"
+    (round1 / "metaworld_mt10").mkdir(parents=True)
+    (round1 / "metaworld_mt10" / "onpolicy.json").write_text(json.dumps({"job": onpolicy_job(first).identity()}))
+    cfg = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "round2"), *flags,
+                                               "--onpolicy_aggregate", f"[{round1}]"])
+    assert cfg.onpolicy_aggregate == [str(round1)]
+    relabelled = tmp_path / "relabelled" / "metaworld_mt10"
+    relabelled.mkdir(parents=True)
+    (relabelled / "onpolicy.json").write_text(json.dumps({"job": {**onpolicy_job(first).identity(), "chunk": 4,
+                                                                   "teacher": str(other)}}))
+    for extra, match in ((["--onpolicy_aggregate", f"[{tmp_path / 'round2' / 'data'}]"], "this round's own data"),
+                         (["--onpolicy_aggregate", f"[{tmp_path}]"], "holds no finished on-policy round"),
+                         (["--onpolicy_aggregate", f"[{relabelled.parent}]"], "chunk, teacher")):
+        with pytest.raises(SystemExit) as exc:
+            train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "round2"), *flags, *extra])
+        assert exc.value.code == 2 and match in capsys.readouterr().err, extra
+    with pytest.raises(SystemExit) as exc:   # aggregation belongs to a round of on-policy episodes
+        train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "bad"), "--onpolicy_aggregate",
+                                             f"[{round1}]"])
+    assert exc.value.code == 2 and "give --onpolicy_episodes too" in capsys.readouterr().err
+
+
+def test_a_lora_fine_tune_is_an_adapter_of_a_policy_for_a_setting_and_its_trainer_gets_the_recipes_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--lora_rank: the trainer of the tabletop adapters gets the recipe's data, setting and schedule (the policy's
+    own statistics, one checkpoint kept per save); without a policy, a reducing setting or with flags it cannot
+    honour, exit 2 before any work."""
+    from prismatic_tr.policy.metaworld_lora import finetune_config
+
+    policy = write_tiny_oft_config(tmp_path / "policy")
+    flags = ["--init_oft", str(policy), "--setting", "vision:diverse:0.1@0.25", "--onpolicy_episodes", "3",
+             "--lora_rank", "8", "--max_steps", "600", "--save_steps", "200", "--learning_rate", "5e-4"]
+    cfg = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "ok"), *flags])
+    ft = finetune_config(cfg, tmp_path / "ok" / "data", "metaworld_mt10")
+    assert (ft.vla_path, ft.lora_rank, ft.max_steps, ft.save_steps, ft.learning_rate, ft.lr_schedule) == \
+        (str(policy), 8, 600, 200, 5e-4, "cosine")
+    assert ft.use_lora and ft.norm_stats_from_vla and not ft.save_latest_checkpoint_only and ft.distill_weight == 0
+    assert (ft.token_reduction.site, ft.token_reduction.keep_ratio, ft.token_reduction.depth_fraction) == \
+        ("vision", 0.1, 0.25)
+    assert ft.run_root_dir == tmp_path / "ok" / "runs" and ft.data_root_dir == tmp_path / "ok" / "data"
+    for argv, match in ((["--lora_rank", "8"], "give --init_oft and a --setting that reduces"),
+                        ([*flags[:2], "--lora_rank", "8"], "a --setting that reduces"),
+                        ([*flags, "--lora_rank", "-1"], "--lora_rank -1"),
+                        ([*flags, "--onpolicy_aggregate", f"[{tmp_path}]"], "omit --onpolicy_aggregate")):
+        with pytest.raises(SystemExit) as exc:
+            train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "bad"), *argv])
+        assert exc.value.code == 2 and match in capsys.readouterr().err, argv
+    assert not (tmp_path / "bad").exists()
+
+
 def write_tiny_oft_config(path: Path) -> Path:
     """A directory that passes the recipe's checks on ``--init_oft`` (a config.json of a 7-D-state policy)."""
     path.mkdir(parents=True)
@@ -296,11 +357,21 @@ def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(
     src = SimpleNamespace(metaworld_tables={"the policy": [table]}, metaworld_finetunes={"the policy": [second]},
                           metaworld_runs=[])
     row = metaworld.metaworld_table(src).splitlines()[4]
-    assert "on-policy episodes of the fine-tune above (20 a task)" in row and "a second round from it" in row
+    assert "on-policy episodes of the first round's fine-tune (20 a task)" in row and "a second round from it" in row
     assert "the last step's checkpoint (no choice)" in row
     runs = metaworld.metaworld_runs_table(src).splitlines()
     assert runs[2].startswith("| fine-tuned with `diverse:0.1` from the policy, on-policy (20 episodes a task, "
                               "second round) | - (the last step's checkpoint, not chosen) | 40/50, 80.0 % | 11 / 9 / 0 / 12")
+    # a second round aggregated with the first (DAgger), and a LoRA adapter: both say so in both tables
+    aggregated = {**second, "aggregated": [{"data_root": "/round1/data", "job": {"episodes_per_task": 40}}]}
+    lora = {**second, "config": {"max_steps": 600, "onpolicy_episodes": 40, "init_oft": "/p", "lora_rank": 32}}
+    src.metaworld_finetunes = {"the policy": [aggregated, lora]}
+    rows = metaworld.metaworld_table(src).splitlines()[4:6]
+    assert "a second round from it, with the first round's (40 a task) aggregated" in rows[0]
+    assert "fine-tuned with it: a LoRA adapter (rank 32), 600 steps on on-policy episodes (40 a task" in rows[1]
+    runs = metaworld.metaworld_runs_table(src).splitlines()
+    assert "on-policy (20 episodes a task, second round, 40 a task of the first aggregated) |" in runs[2]
+    assert "on-policy (40 episodes a task), LoRA rank 32 |" in runs[3]
 
 
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:
@@ -473,12 +544,15 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     assert run.returncode == 2 and "episodes: 1 there, 2 here" in run.stderr, run.stderr[-2000:]
 
     # fine-tuning for a setting on on-policy episodes: the policy drives with the setting and labels without it at
-    # every plan (its chunk there); from the policy, its statistics kept, the setting attached in the test episodes
-    tuned = tmp_path / "tuned"
+    # every plan (its chunk there); from the policy, its statistics kept, the setting attached in the test episodes;
+    # as a LoRA adapter (--lora_rank: the tabletop adapters' trainer), its last checkpoint kept and shipped as the
+    # adapters are (the whole-policy fine-tune from --init_oft under a setting is the OFT recipe's train_policy,
+    # run by the tabletop OFT fine-tune's slow test)
+    tuned, shipped = tmp_path / "tuned", tmp_path / "adapters" / "metaworld-vision"
     flags = ["--output_dir", str(tuned), "--init_oft", str(chosen), "--setting", "vision:diverse:0.5@0.25",
              "--onpolicy_episodes", "1", "--execute_steps", "4", "--tasks", "[reach-v3]", "--image_size", "64",
-             "--max_steps", "1", "--batch_size", "2", "--lr_warmup_steps", "0", "--select_episodes", "0",
-             "--test_episodes", "1", "--progress", "false"]
+             "--lora_rank", "4", "--max_steps", "2", "--save_steps", "1", "--batch_size", "2", "--lr_warmup_steps",
+             "0", "--select_episodes", "0", "--test_episodes", "1", "--install_dir", str(shipped), "--progress", "false"]
     run = subprocess.run([sys.executable, str(ROOT / "vla_scripts" / "train_metaworld_policy.py"), *flags],
                          capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -495,6 +569,18 @@ def test_one_command_trains_chooses_and_tests_then_the_table_runs_the_same_episo
     source = OFTChunkSource(tuned / "data", "metaworld_mt10", num_images=2)
     assert source.chunk_key == "action_chunk"
     assert sum(1 for _ in source.rlds.step_dataset()) == reach["labelled_steps"]
+    assert record["training"]["lora_rank"] == 4 and sorted(record["training"]["checkpoints"]) == ["1", "2"]
+    assert record["selection"]["candidates"] == [record["training"]["checkpoints"]["2"]] == [record["checkpoint"]]
+    assert {"adapter_config.json", "adapter_model.safetensors", "token_reduction.json", "record.json",
+            "evaluation.json", "action_head--latest_checkpoint.pt"} <= {f.name for f in shipped.iterdir()}
+    from prismatic_tr.models import load_vla
+    from prismatic_tr.policy.adapters import load_adapted_policy
+
+    adapted, _ = load_adapted_policy(shipped, base=chosen, apply_reduction=False)
+    merged, _ = load_vla(record["checkpoint"])   # the checkpoint chosen and tested: the same weights (float16 LoRA)
+    theirs = merged.state_dict()
+    for name, weight in adapted.state_dict().items():
+        torch.testing.assert_close(weight, theirs[name], atol=2e-3, rtol=0, msg=name)
 
 
 # ---------------------------------------------------------------- the failure diagnosis's pure parts (no metaworld)

@@ -15,7 +15,13 @@ import pytest
 import torch
 from helpers.oft_fixtures import DEMO_SEEDS, SETTINGS, write_oft_demos, write_tiny_base, write_tiny_oft
 
-from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
+from prismatic_tr.data.oft import (
+    OFTChunkSource,
+    OFTChunkSources,
+    OFTChunkTransform,
+    OFTCollator,
+    oft_statistics,
+)
 from prismatic_tr.envs import make_episode
 from prismatic_tr.envs.demos import DemoConfig, expert_episode, make_demos
 from prismatic_tr.envs.env import Observation
@@ -62,6 +68,21 @@ def test_demonstrations_hold_both_cameras_the_state_and_chunks(demos: Path) -> N
             np.testing.assert_allclose(step["state"], [*ep.states[t].effector, float(ep.states[t].gripper_open)],
                                        atol=1e-6)
         i += n
+
+
+def test_several_datasets_train_as_one_and_must_hold_the_same_steps(demos: Path) -> None:
+    """OFTChunkSources (DAgger's aggregation of on-policy rounds): the steps of every source, one after another, as
+    each gives them (compared encoded: no image decoded); sources whose steps differ (here: one camera against two)
+    are refused."""
+    one = OFTChunkSource(demos, DATASET, chunk=8, num_images=2)
+    both = OFTChunkSources([one, OFTChunkSource(demos, DATASET, chunk=8, num_images=2)])
+    steps, alone = list(both.step_dataset().as_numpy_iterator()), list(one.step_dataset().as_numpy_iterator())
+    assert len(steps) == 2 * len(alone) and both.num_episodes == 2 * one.num_episodes
+    for a, b in zip(steps[len(alone):], alone, strict=True):
+        np.testing.assert_array_equal(a["actions"], b["actions"])
+        assert a["images"] == b["images"] and a["instruction"] == b["instruction"]
+    with pytest.raises(ValueError, match="cameras 1 vs 2"):
+        OFTChunkSources([one, OFTChunkSource(demos, DATASET, chunk=8, num_images=1)])
 
 
 def test_openvla_style_demonstrations_are_unchanged(tmp_path: Path) -> None:

@@ -103,11 +103,20 @@ def _finetune_words(record: dict[str, Any]) -> str:
     if not config.get("onpolicy_episodes"):
         data = "the expert's demonstrations"
     elif _second_round(config):
-        data = (f"on-policy episodes of the fine-tune above ({config['onpolicy_episodes']} a task), labelled by the "
+        data = (f"on-policy episodes of the first round's fine-tune ({config['onpolicy_episodes']} a task), labelled by the "
                 "policy unreduced: a second round from it")
     else:
         data = f"on-policy episodes ({config['onpolicy_episodes']} a task, labelled by the policy unreduced)"
-    return f"{config['max_steps']} steps on {data}, {choice}"
+    earlier = _aggregated(record)
+    if earlier:
+        data += f", with the first round's ({earlier}) aggregated"
+    lora = f"a LoRA adapter (rank {config['lora_rank']}), " if config.get("lora_rank") else ""
+    return f"{lora}{config['max_steps']} steps on {data}, {choice}"
+
+
+def _aggregated(record: dict[str, Any]) -> str:
+    """``40 a task``: the earlier on-policy rounds a fine-tune trained beside its own (``--onpolicy_aggregate``)."""
+    return " + ".join(f"{a['job']['episodes_per_task']} a task" for a in record.get("aggregated") or [])
 
 
 def _second_round(config: dict[str, Any]) -> bool:
@@ -162,8 +171,10 @@ def metaworld_runs_table(src: Sources) -> str:
             for (label, _, _), (rec, parts) in zip(METAWORLD_RUNS, src.metaworld_runs, strict=True)]
     rows += [[f"fine-tuned with `{f['setting']}` from {policy}"
               + (f", on-policy ({f['config']['onpolicy_episodes']} episodes a task"
-                 + (", second round)" if _second_round(f["config"]) else ")")
-                 if f["config"].get("onpolicy_episodes") else ""),
+                 + (", second round" if _second_round(f["config"]) else "")
+                 + (f", {_aggregated(f)} of the first aggregated" if _aggregated(f) else "") + ")"
+                 if f["config"].get("onpolicy_episodes") else "")
+              + (f", LoRA rank {f['config']['lora_rank']}" if f["config"].get("lora_rank") else ""),
               _mw_validation(f, ()), _mw_test(f), _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")]
              for policy, finetunes in src.metaworld_finetunes.items() for f in finetunes]
     header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",

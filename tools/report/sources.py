@@ -228,9 +228,10 @@ def metaworld_finetune_files(root: Path, folder: Path | None = None) -> list[Pat
 
 
 def _oft_adapter_names(root: Path) -> list[str]:
-    """The shipped adapters of the OFT-style policy (their record.json says ``"policy": "openvla-oft"``)."""
-    return sorted(p.parent.name for p in (root / ADAPTERS).glob("*/record.json")
-                  if json.loads(p.read_text()).get("policy") == "openvla-oft")
+    """The shipped adapters of the OFT-style tabletop policy (their record.json says ``"policy": "openvla-oft"`` and
+    names no other benchmark: a MetaWorld adapter's results are its recipe's, in the MetaWorld tables)."""
+    records = {p.parent.name: json.loads(p.read_text()) for p in (root / ADAPTERS).glob("*/record.json")}
+    return sorted(name for name, r in records.items() if r.get("policy") == "openvla-oft" and not r.get("benchmark"))
 
 
 def _oft_adapter_tests(root: Path, name: str) -> dict[str, Any]:
