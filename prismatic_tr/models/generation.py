@@ -106,14 +106,34 @@ def layer_masks(lm: LlamaForCausalLM, mask: torch.Tensor | None) -> Iterator[Non
         yield
 
 
+def ready_cache(lm: LlamaForCausalLM, like: torch.Tensor) -> Any:
+    """An empty KV cache for ``lm`` whose layers are already set up for ``like``'s dtype and device.
+
+    transformers >= 4.56 sets a cache layer up at its first update with ``torch.tensor([])`` on the device (a copy
+    from host memory); a CUDA-graph capture (:mod:`prismatic_tr.vla.cuda_graph`) passes a cache made here so that
+    nothing of the kind runs inside it. transformers 4.40's cache has no such step: a plain ``DynamicCache()``."""
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=lm.config)
+    except TypeError:  # transformers < 4.56: no config argument, nothing set up lazily
+        return DynamicCache()
+    probe = like.new_empty(0)
+    for layer in getattr(cache, "layers", ()):
+        if not getattr(layer, "is_initialized", True):
+            layer.lazy_initialization(probe, probe)
+    return cache
+
+
 def prefill(
-    lm: LlamaForCausalLM, inputs_embeds: torch.Tensor, key_mask: torch.Tensor | None = None
+    lm: LlamaForCausalLM, inputs_embeds: torch.Tensor, key_mask: torch.Tensor | None = None, cache: Any = None
 ) -> tuple[torch.Tensor, DecodeState]:
     """Run the prompt once (the output of ``build_multimodal_inputs`` can be passed as is).
 
     Args:
         inputs_embeds: (B, T, D); key_mask: (B, T) with padding anywhere (bool or 0/1), or None (no padding).
             Padded rows are reordered real tokens first (a stable gather): see the module docstring.
+        cache: an empty KV cache to fill (:func:`ready_cache`), or None: transformers makes one.
     Returns:
         logits of each row's last real position (B, V) and the state for :func:`decode_step`.
     """
@@ -122,7 +142,9 @@ def prefill(
     if key_mask is not None:
         key_mask, inputs_embeds = to_right_padding(key_mask.bool(), inputs_embeds)
     with announce_prefill(lm.model, key_mask):
-        out = lm.model(inputs_embeds=inputs_embeds, attention_mask=None, position_ids=positions, use_cache=True)
+        given = {CACHE_NAME: cache} if cache is not None else {}
+        out = lm.model(inputs_embeds=inputs_embeds, attention_mask=None, position_ids=positions, use_cache=True,
+                       **given)
     hidden = out.last_hidden_state
     if key_mask is None:
         last, next_position = hidden[:, -1, :], positions[:, -1:] + 1

@@ -92,12 +92,14 @@ class OpenVLAInferenceMixin:
         temperature: float = 1.0,
         return_logits: bool = False,
         generator: torch.Generator | None = None,
+        cache: Any = None,
     ) -> torch.Tensor | GenerateOutput:
         """:meth:`generate` on a prepared :class:`Prompt`; the new tokens (B, new) or ``GenerateOutput``
-        whose ``sequences`` hold only the new tokens."""
+        whose ``sequences`` hold only the new tokens. ``cache``: an empty KV cache for the prefill
+        (:func:`~prismatic_tr.models.generation.ready_cache`), or None."""
         validate_generation_args(max_new_tokens, do_sample, temperature)
         embeds, mask = self.prepare_prefill(prompt, pixel_values)
-        first_logits, state = prefill(self.language_model, embeds, mask)
+        first_logits, state = prefill(self.language_model, embeds, mask, cache)
         new, logits = decode_loop(self.language_model, first_logits, state, max_new_tokens, do_sample, temperature,
                                   generator, keep_logits=return_logits)
         return GenerateOutput(new, logits) if return_logits else new
@@ -177,7 +179,21 @@ class OpenVLAInferenceMixin:
         if input_ids is None or pixel_values is None:
             raise ValueError("predict_action needs input_ids and pixel_values")
         key = self._check_unnorm_key(unnorm_key)
+        new = self.action_tokens(input_ids, pixel_values, attention_mask, self.get_action_dim(key), do_sample,
+                                 **kwargs)
+        return self.actions_on_host(new, key)
+
+    def action_tokens(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
+                      attention_mask: torch.Tensor | None, action_dim: int, do_sample: bool = False,
+                      **kwargs: Any) -> torch.Tensor:
+        """The part of :meth:`predict_action` that runs on the model's device: (B, action_dim) action token ids.
+        No tensor value is read on the host (what a CUDA graph captures, :mod:`prismatic_tr.vla.cuda_graph`).
+        ``kwargs``: temperature, generator, cache (:meth:`generate_from_prompt`)."""
         prompt = self.make_prompt(input_ids, attention_mask, for_actions=True)
-        new = self.generate_from_prompt(prompt, pixel_values, self.get_action_dim(key), do_sample, **kwargs)
-        actions = self.actions_from_tokens(new.cpu().numpy(), key)  # the one copy to the host
+        return self.generate_from_prompt(prompt, pixel_values, action_dim, do_sample, **kwargs)
+
+    def actions_on_host(self, tokens: torch.Tensor, unnorm_key: str) -> np.ndarray:
+        """The rest of :meth:`predict_action`: (B, A) token ids -> un-normalised actions, (A,) for a batch of
+        one, (B, A) otherwise (the one copy to the host)."""
+        actions = self.actions_from_tokens(tokens.cpu().numpy(), unnorm_key)
         return actions[0] if actions.shape[0] == 1 else actions

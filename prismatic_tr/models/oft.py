@@ -197,16 +197,43 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         index = slot_hidden_index(seq.prompt_len, seq.ids.shape[1], v - dropped, slots, b, ids.device)
         return take_along(hidden, index)
 
+    def head_output(self, hidden: torch.Tensor, action_head: Any = None) -> torch.Tensor:
+        """(B, S, D) slot hidden states -> on the device: the L1 head's (B, S) normalised actions (float), or the
+        language model's (B, S) argmax token ids for the discrete variant (int64)."""
+        head = action_head if action_head is not None else self.action_head
+        if head is not None:
+            return head.predict_action(hidden).reshape(hidden.shape[0], -1)
+        return self.language_model.lm_head(hidden).argmax(dim=-1)
+
+    def normalized_chunk(self, output: torch.Tensor) -> np.ndarray:
+        """:meth:`head_output` -> (B, chunk, action_dim) normalised actions on the host (the one copy)."""
+        s = self.oft
+        shape = (output.shape[0], s.num_actions_chunk, s.action_dim)
+        if output.is_floating_point():
+            return output.float().cpu().numpy().reshape(shape)
+        return self.action_tokenizer.decode_token_ids_to_actions(output.cpu().numpy()).reshape(shape)
+
     def actions_from_hidden(self, hidden: torch.Tensor, action_head: Any = None) -> np.ndarray:
         """(B, S, D) slot hidden states -> (B, chunk, action_dim) normalised actions on the host (one copy)."""
-        s = self.oft
-        head = action_head if action_head is not None else self.action_head
-        b = hidden.shape[0]
-        if head is not None:
-            return head.predict_action(hidden).reshape(b, s.num_actions_chunk, s.action_dim).float().cpu().numpy()
-        tokens = self.language_model.lm_head(hidden).argmax(dim=-1).cpu().numpy()
-        normalized = self.action_tokenizer.decode_token_ids_to_actions(tokens)
-        return normalized.reshape(b, s.num_actions_chunk, s.action_dim)
+        return self.normalized_chunk(self.head_output(hidden, action_head))
+
+    def chunk_on_device(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None, proprio: Any = None,
+                        proprio_projector: nn.Module | None = None,
+                        action_head: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The part of :meth:`predict_action` that runs on the model's device: (:meth:`head_output`, the slots'
+        (B, S, D) hidden states). No tensor value is read on the host (what a CUDA graph captures,
+        :mod:`prismatic_tr.vla.cuda_graph`)."""
+        prompt = self.make_prompt(input_ids, attention_mask, for_actions=True)
+        hidden = self.run_action_pass(prompt, self.embed_observation(pixel_values, proprio, proprio_projector))
+        return self.head_output(hidden, action_head), hidden
+
+    def actions_on_host(self, output: torch.Tensor, hidden: torch.Tensor,
+                        unnorm_key: str) -> tuple[np.ndarray, torch.Tensor]:
+        """The rest of :meth:`predict_action`: OFT's pair from :meth:`chunk_on_device`'s outputs."""
+        normalized = self.normalized_chunk(output)
+        actions = unnormalize_oft_actions(normalized, self.get_action_stats(unnorm_key), self.oft.normalization)
+        return (actions[0] if actions.shape[0] == 1 else actions), hidden
 
     @torch.no_grad()
     def predict_action(
@@ -237,11 +264,9 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         if input_ids is None or pixel_values is None:
             raise ValueError("predict_action needs input_ids and pixel_values")
         key = self._check_unnorm_key(unnorm_key)
-        prompt = self.make_prompt(input_ids, attention_mask, for_actions=True)
-        hidden = self.run_action_pass(prompt, self.embed_observation(pixel_values, proprio, proprio_projector))
-        normalized = self.actions_from_hidden(hidden, action_head)
-        actions = unnormalize_oft_actions(normalized, self.get_action_stats(key), self.oft.normalization)
-        return (actions[0] if actions.shape[0] == 1 else actions), hidden
+        output, hidden = self.chunk_on_device(input_ids, pixel_values, attention_mask, proprio, proprio_projector,
+                                              action_head)
+        return self.actions_on_host(output, hidden, key)
 
     def get_action_dim(self, unnorm_key: str | None = None) -> int:
         """The action dimension of one chunk step (OFT's ``ACTION_DIM``)."""

@@ -10,6 +10,7 @@ come last, where causal attention never reads them and the bidirectional masks l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -36,11 +37,12 @@ def action_sequence(prompt: Prompt, num_slots: int, stop_token_id: int, placehol
     """The prompt (B, L) followed by ``num_slots`` placeholders and the stop token; see :class:`ActionSequence`."""
     ids = prompt.ids
     b, length = ids.shape
-    tail = torch.full((b, num_slots + 1), placeholder_id, dtype=ids.dtype, device=ids.device)
-    tail[:, -1] = stop_token_id
-    slot = torch.zeros((b, length + num_slots + 1), dtype=torch.bool, device=ids.device)
-    slot[:, length : length + num_slots] = True
-    ids = torch.cat([ids, tail], dim=1)
+    # built from filled tensors, not by assigning Python numbers into slices (a copy from host memory on torch 2.2 and
+    # 2.11, which a CUDA-graph capture refuses; prismatic_tr.bench.measure.ops.find_capture_hazards)
+    full = functools.partial(torch.full, device=ids.device)
+    ids = torch.cat([ids, full((b, num_slots), placeholder_id, dtype=ids.dtype),
+                     full((b, 1), stop_token_id, dtype=ids.dtype)], dim=1)
+    slot = torch.cat([full((b, length), False), full((b, num_slots), True), full((b, 1), False)], dim=1)
     if prompt.key_mask is None:
         return ActionSequence(ids, slot, None, None)
     key_mask = prompt.key_mask.to(ids.device).bool()

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from prismatic_tr.bench.measure.ops import count_kernel_ops, find_host_syncs
+from prismatic_tr.bench.measure.ops import count_kernel_ops, find_capture_hazards
 from prismatic_tr.reducers import ReducerConfig, TokenReducer, available_methods, num_kept, selection_methods
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.strategies.diverse import max_min_order
@@ -181,18 +181,19 @@ def test_bad_shapes_say_what_is_wrong():
 # The greedy ones: saliency (7) for the first pick, a normalisation, then per step an index, one write, one bmm and
 # a few elementwise ops and an argmax (<= 9) for each of the K - 1 = 127 picks after the first.
 OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 9, "random": 12 + 6,
-             "saliency": 8 + 6, "diverse": 16 + 9 * 127 + 6, "salient_diverse": 16 + 9 * 127 + 6}
+             "saliency": 8 + 6, "diverse": 17 + 9 * 127 + 6, "salient_diverse": 17 + 9 * 127 + 6}
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_no_host_syncs_and_few_ops(method):
-    """No host sync (the shared list of prismatic_tr.bench.measure.ops) and few kernel-launching ops.
+    """No host sync and no tensor made from host data (what a CUDA-graph capture refuses:
+    prismatic_tr.bench.measure.ops.find_capture_hazards) and few kernel-launching ops.
     ``random`` hashes its scores in ~12 elementwise integer ops (one fused kernel under torch.compile); advancing its
     key is arithmetic on a 0-d CPU tensor (host work, no device kernel), so it is not counted."""
     budget = OP_BUDGET[method]
     reducer = make(method, 0.5, 1)
     x = features(2, 256, 64, 1)
-    assert find_host_syncs(reducer, x) == {}
+    assert find_capture_hazards(reducer, x) == {}
     ops = count_kernel_ops(reducer, x)
     if method == "random":
         ops = ops - count_kernel_ops(KeyStream(0).next_key)

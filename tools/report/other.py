@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
-from tools.report.sources import GPU_RUN, Sources
+from tools.report.sources import GPU_CAPTURED, GPU_RUN, Sources
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:
@@ -38,6 +38,84 @@ def gpu_table(src: Sources) -> str:
              f"{meta['config']['warmup']} warm-up; `*`: the row is flagged noisy (spread or phase drift), not a result{recomputed(meta)}; "
              f"results in `{GPU_RUN.as_posix()}/`."]
     return "\n".join(table_lines(header, rows) + facts)
+
+
+def _captured_machine(src: Sources) -> str:
+    """Where and how the captured run was measured, from its first file."""
+    first = next(iter(next(iter(src.gpu_captured.values())).values()))
+    meta, job = first["meta"], first["meta"]["job"]
+    peaks = meta["peaks"]
+    sheet = peaks.get("datasheet") or {}
+    return (f"Measured by `bash benchmarks/gpu/device_check.sh OUT` (`python benchmarks/gpu/captured.py`) on "
+            f"{meta['machine']['gpu']} (measured {peaks['bandwidth_gb_s'] / 1000:.2f} TB/s copy and "
+            f"{peaks['bf16_tflop_s']:.0f} TFLOP/s bf16 matrix product; datasheet {sheet.get('bandwidth_gb_s', 0) / 1000:.2f} TB/s, "
+            f"{sheet.get('bf16_tflop_s', 0):.0f} TFLOP/s), torch {meta['versions']['torch']}, transformers "
+            f"{meta['versions']['transformers']}, {meta['date_utc'][:16]} UTC; RANDOM weights at the 7B sizes, bfloat16; "
+            f"{job['num_runs']} interleaved rounds after {job['warmup']} warm-up; results in `{GPU_CAPTURED.as_posix()}/`")
+
+
+def _x(row: dict[str, Any], mode: str) -> str:
+    """``1.77x`` against the same mode's unreduced row; ``*`` when the mode's spread flags it."""
+    slower = " (slower)" if round(row[f"{mode}_speedup"], 2) < 1 else ""
+    return f"{row[f'{mode}_speedup']:.2f}x{slower}{'*' if row[f'{mode}_noise_flag'] else ''}"
+
+
+def gpu_headline_table(src: Sources) -> str:
+    """README.md, On a GPU: per 7B-size model and batch, eager and captured unreduced, and the fastest captured
+    setting against captured unreduced (gpu_captured files)."""
+    rows = []
+    for model, by_batch in src.gpu_captured.items():
+        for batch, data in by_batch.items():
+            base, *reduced = data["rows"]
+            best = max(reduced, key=lambda r: r["captured_speedup"])
+            rows.append([f"{model}, batch {batch}", f"{base['eager_ms']:.1f} ms", f"{base['captured_ms']:.1f} ms",
+                         f"{base['captured_vs_roofline']:.2f}x", f"`{best['setting']}`",
+                         f"{best['captured_ms']:.1f} ms, {_x(best, 'captured')}"])
+    header = ["model, batch", "eager, unreduced", "CUDA graph, unreduced", "... over its roofline",
+              "fastest setting", "its CUDA graph, against CUDA-graph unreduced"]
+    return "\n".join(table_lines(header, rows) + ["", _captured_machine(src) + ". Every setting and the roofline: "
+                                                       "[docs/results/gpu.md](docs/results/gpu.md)."])
+
+
+def gpu_captured_table(src: Sources) -> str:
+    """docs/results/gpu.md: every setting, eager and captured, at batch 1 and 8 on both 7B-size models."""
+    rows = []
+    for model, by_batch in src.gpu_captured.items():
+        for batch, data in by_batch.items():
+            for r in data["rows"]:
+                decode = f"{r['decode_share']:.2f}" if "decode_share" in r else "-"
+                same = "equal" if r["captured_equal"] else f"max diff {r['captured_max_abs_diff']:.3f}"
+                rows.append([f"{model}, batch {batch}", f"`{r['setting']}`", str(r["llm_visual_tokens"]),
+                             f"{r['eager_ms']:.1f} ms, {_x(r, 'eager')}",
+                             f"{r['captured_ms']:.1f} ms, {_x(r, 'captured')}", f"{r['capture_gain']:.2f}x",
+                             f"{r['roofline_ms']:.1f} ms", f"{r['captured_vs_roofline']:.2f}x", decode, same])
+    header = ["model, batch", "setting", "visual tokens", "eager", "CUDA graph", "graph over eager",
+              "roofline", "graph over roofline", "decode share", "graph's actions vs eager's"]
+    return "\n".join(table_lines(header, rows) + [
+        "", _captured_machine(src) + ". Speed-ups are against the same mode's unreduced row; `*`: that mode's "
+        "p90/p10 (the row's or the unreduced row's) exceeds 1.20, not a result. Decode share: 1 - the prefill-only "
+        "graph's time over the whole step's (OpenVLA)."])
+
+
+def gpu_kernels_table(src: Sources) -> str:
+    """docs/results/gpu.md: where the GPU time of a batch-1 step goes, per kind of kernel (kernel profiles)."""
+    rows = []
+    for model, data in src.gpu_profile.items():
+        captured = {r["setting"]: r for r in src.gpu_captured[model][1]["rows"]}
+        for r in data["rows"]:
+            kinds = r["by_kind_ms"]
+            rows.append([model, f"`{r['setting']}`", f"{captured[r['setting']]['captured_ms']:.1f} ms",
+                         f"{r['kernel_ms']:.1f} ms", f"{r['kernels']:.0f}",
+                         *(f"{kinds.get(k, 0.0):.1f} ms" for k in ("gemm", "elementwise", "reduce", "attention")),
+                         f"{captured[r['setting']]['roofline_ms']:.1f} ms"])
+    meta = next(iter(src.gpu_profile.values()))
+    header = ["model (batch 1)", "setting", "CUDA graph", "kernels' sum", "launches", "matrix products",
+              "elementwise", "reductions", "attention", "roofline"]
+    return "\n".join(table_lines(header, rows) + [
+        "", f"Kernels of eager steps under `torch.profiler` (`python benchmarks/gpu/kernel_profile.py`, 3 steps, per "
+        f"step; {meta['machine']['gpu']}, the same lease as the run above), "
+        f"recounted by `{meta['recounted']}` (the first version counted the phase ranges among the kernels); files in "
+        f"`{(GPU_CAPTURED / 'profile').as_posix()}/`."])
 
 
 def serve_table(src: Sources) -> str:

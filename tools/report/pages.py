@@ -46,7 +46,15 @@ from tools.report.oft import (
     oft_frozen_table,
     oft_table,
 )
-from tools.report.other import commands_table, exact_table, gpu_table, serve_table
+from tools.report.other import (
+    commands_table,
+    exact_table,
+    gpu_captured_table,
+    gpu_headline_table,
+    gpu_kernels_table,
+    gpu_table,
+    serve_table,
+)
 from tools.report.sources import ROOT, Sources
 from tools.report.tabletop import headline_table, main_table, policy_table, tabletop_policies_table
 
@@ -54,12 +62,15 @@ from tools.report.tabletop import headline_table, main_table, policy_table, tabl
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "commands", commands_table),
     ("README.md", "headline", headline_table),
+    ("README.md", "gpu", gpu_headline_table),
     ("docs/results/openvla.md", "main", main_table),
     ("docs/results/openvla-oft.md", "main_oft", main_oft_rows),
     ("docs/results/openvla-oft.md", "oft", oft_table),
     ("docs/results/openvla-oft.md", "oft_frozen", oft_frozen_table),
     ("docs/results/openvla-oft.md", "oft_batch4", oft_batch4_table),
     ("docs/results/openvla-oft.md", "oft_avx2", oft_avx2_table),
+    ("docs/results/gpu.md", "gpu_captured", gpu_captured_table),
+    ("docs/results/gpu.md", "gpu_kernels", gpu_kernels_table),
     ("docs/results/gpu.md", "gpu_h100", gpu_table),
     ("docs/results/metaworld.md", "metaworld_policy", metaworld_policy_table),
     ("docs/results/metaworld.md", "metaworld", metaworld_table),

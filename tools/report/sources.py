@@ -81,6 +81,14 @@ METAWORLD_FINETUNES = "finetune_*/evaluation.json"
 GPU_RUN = RESULTS / "gpu_h100" / "run2"
 GPU_FILES = {batch: {"OpenVLA-7B": GPU_RUN / f"b{batch}" / "results.json",
                      "OpenVLA-OFT-7B": GPU_RUN / f"b{batch}" / "oft" / "results.json"} for batch in (1, 8)}
+# benchmarks/gpu/device_check.sh on a lent GPU: eager against CUDA-graph predict_action (benchmarks/gpu/captured.py),
+# model label -> batch -> results file; and the kernel profiles (benchmarks/gpu/kernel_profile.py, recounted)
+GPU_CAPTURED = RESULTS / "gpu_captured" / "h200_run1"
+GPU_CAPTURED_MODELS = {"OpenVLA-OFT-7B": "openvla-oft-7b", "OpenVLA-7B": "openvla-7b"}
+GPU_CAPTURED_FILES = {label: {b: GPU_CAPTURED / f"{preset}_b{b}.json" for b in (1, 8)}
+                      for label, preset in GPU_CAPTURED_MODELS.items()}
+GPU_PROFILE_FILES = {"OpenVLA-OFT-7B": GPU_CAPTURED / "profile" / "oft-7b_b1.json",
+                     "OpenVLA-7B": GPU_CAPTURED / "profile" / "openvla-7b_b1.json"}
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 METAWORLD_RECALL = RESULTS / "metaworld" / "recall" / "recall.json"  # benchmarks/metaworld_recall.py
 COMMAND_TIMINGS = RESULTS / "commands"  # benchmarks/time_commands.py: the README's two commands on fresh clones
@@ -103,6 +111,8 @@ class Sources:
     metaworld_tables: dict[str, list[dict[str, Any]]]  # policy -> its table*/results.json ({"meta", "records"})
     metaworld_finetunes: dict[str, list[dict[str, Any]]]  # policy -> its finetune_*/evaluation.json (recipe records)
     gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
+    gpu_captured: dict[str, dict[int, dict[str, Any]]]  # model -> batch -> gpu_captured file ({"meta", "rows"})
+    gpu_profile: dict[str, dict[str, Any]]  # model -> its kernel profile at batch 1 ({..., "rows"})
     oft_batch4: dict[str, dict[str, Any]]  # dtype -> oft_batch4/<dtype>/results.json (4 observations a step)
     oft_avx2: dict[str, dict[str, Any]]  # dtype -> oft_avx2/<dtype>/results.json (an AVX2-only CPU)
     serve: list[dict[str, Any]]  # serve/*.json, the load tester's reports
@@ -131,6 +141,9 @@ class Sources:
                    metaworld_finetunes={label: [read_json(p) for p in metaworld_finetune_files(root, folder)]
                                         for label, folder in METAWORLD_TABLE_SETS.items()},
                    gpu={b: {m: read_json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()},
+                   gpu_captured={m: {b: read_json(root / p) for b, p in files.items()}
+                                 for m, files in GPU_CAPTURED_FILES.items()},
+                   gpu_profile={m: read_json(root / p) for m, p in GPU_PROFILE_FILES.items()},
                    oft_batch4={d: read_json(root / p) for d, p in OFT_BATCH4_BY_DTYPE.items()},
                    oft_avx2={d: read_json(root / p) for d, p in OFT_AVX2_BY_DTYPE.items()},
                    serve=[read_json(p) for p in serve_report_files(root)], exact=read_json(root / EXACT),
@@ -149,7 +162,8 @@ def source_files(root: Path = ROOT) -> list[Path]:
     adapters = [r["adapter"] for r in main["records"] if r.get("adapter")] + _oft_adapter_names(root)
     fixed = [POLICY_RESULTS, SELECTION_TEST, *SPEED_BY_DTYPE.values(), *OFT_BY_DTYPE.values(),
              *OFT_FROZEN_BY_DTYPE.values(), *OFT_BATCH4_BY_DTYPE.values(), *OFT_AVX2_BY_DTYPE.values(), MAIN_OFT,
-             *METAWORLD_POLICIES.values(), *(p for files in GPU_FILES.values() for p in files.values()), EXACT,
+             *METAWORLD_POLICIES.values(), *(p for files in GPU_FILES.values() for p in files.values()),
+             *(p for files in GPU_CAPTURED_FILES.values() for p in files.values()), *GPU_PROFILE_FILES.values(), EXACT,
              *(p for _, p, _ in TABLETOP_POLICIES), SELECTION_TEST_5OBJ,
              *(p for _, rec, parts in METAWORLD_RUNS for p in ((rec,) if rec else ()) + parts)]
     runs = {_adapter_run(root, n) for n in adapters}

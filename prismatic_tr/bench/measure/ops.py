@@ -170,6 +170,18 @@ def find_host_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Counte
     return Counter(_record(fn, args, kwargs).syncs)
 
 
+def find_capture_hazards(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Counter[str]:
+    """What in one call of ``fn`` a CUDA-graph capture would refuse (empty Counter: nothing): the host syncs of
+    :func:`find_host_syncs`, and tensors made from host data (``aten.lift_fresh``: ``torch.tensor(...)``, a Python
+    number assigned through an index), which on a GPU are copies from host memory. Works on CPU tensors."""
+    recorder = _record(fn, args, kwargs)
+    hazards = Counter(recorder.syncs)
+    made = sum(1 for name, _ in recorder.records if name in ("aten.lift_fresh", "aten.lift_fresh_copy"))
+    if made:
+        hazards["aten.lift_fresh(host data)"] = made
+    return hazards
+
+
 def ops_added(baseline: Counter[str], reduced: Counter[str]) -> Counter[str]:
     """Operators the reduced run dispatches more often than the baseline (positive differences only)."""
     return Counter({name: n - baseline.get(name, 0) for name, n in reduced.items() if n > baseline.get(name, 0)})

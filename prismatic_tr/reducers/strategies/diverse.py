@@ -44,8 +44,11 @@ def max_min_order(patches: torch.Tensor, k: int, weight: torch.Tensor | None = N
     rows = torch.arange(b, device=x.device)
     scores = torch.full((b, n), -1.0, device=x.device)
     nearest = torch.full((b, n), 2.0, device=x.device)              # distance to the nearest kept token
+    # each step's score as a device tensor: a Python number assigned through an index is copied from host memory,
+    # which a CUDA-graph capture refuses (torch 2.11)
+    values = torch.arange(k, 0, -1, dtype=torch.float32, device=x.device)
     for step in range(k):
-        scores[rows, pick] = float(k - step)
+        scores[rows, pick] = values[step]
         if step == k - 1:
             break
         chosen = x[rows, pick]                                       # (B, D)
