@@ -23,19 +23,17 @@ imports tensorflow. Bad flags exit with status 2 before the model is loaded.
 
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
-import csv
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from prismatic_tr.cli import BadInputError, command_line, parse_config_or_exit, report_bad_input, run_command
 from prismatic_tr.policy.metaworld_eval import (
-    CSV_COLUMNS,
     JOURNAL,
     EvalMetaWorldConfig,
     csv_rows,
     run_eval_metaworld,
     table,
+    write_results,
 )
 
 PROG = "eval_metaworld.py"
@@ -53,13 +51,7 @@ def main(cfg: EvalMetaWorldConfig) -> list[dict[str, Any]]:
     except BadInputError as err:  # one line, exit 2
         raise SystemExit(report_bad_input(PROG, err)) from None
     print(table(records))
-    cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    (cfg.output_dir / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=2) + "\n")
-    with open(cfg.output_dir / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(csv_rows(records))
-    print(f"wrote {cfg.output_dir / 'results.json'} and results.csv")
+    write_results(cfg.output_dir, records, meta)
     return records
 
 

@@ -136,6 +136,20 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write_results(output_dir: Path, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """``results.json`` (``{"meta", "records"}``) and ``results.csv`` (:func:`csv_rows`) into ``output_dir``."""
+    import csv
+    import json
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=2) + "\n")
+    with open(output_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(csv_rows(records))
+    print(f"wrote {output_dir / 'results.json'} and results.csv")
+
+
 def run_eval_metaworld(cfg: EvalMetaWorldConfig, command: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Load the policy, time and run every (setting, task) job not journaled yet (in ``cfg.workers`` processes),
     journaling each; return the records (one per setting, :func:`prismatic_tr.policy.metaworld.
