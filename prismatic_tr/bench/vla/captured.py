@@ -44,7 +44,7 @@ from torch import nn
 from prismatic_tr.bench.measure.noise import SPREAD_LIMIT
 from prismatic_tr.bench.measure.timing import summarize, synchronize
 from prismatic_tr.bench.vla.benchmark import STEPS
-from prismatic_tr.bench.vla.measure import phase_macs, pick_unnorm_key
+from prismatic_tr.bench.vla.measure import model_state, phase_macs, pick_unnorm_key, restore_model_state
 from prismatic_tr.bench.vla.step import prepare_inputs
 from prismatic_tr.models.wrappers import unwrap_vla
 from prismatic_tr.vla import reduction_cut, reductions_attached, remove_token_reduction
@@ -178,7 +178,8 @@ def benchmark_captured(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], s
     """Time eager and captured ``predict_action`` of ``vla`` (native OpenVLA / OFT on a CUDA GPU) unreduced and under
     each of ``settings`` (specs, :mod:`prismatic_tr.vla.spec`), interleaved; one dict per setting, unreduced first
     (fields in the module docstring). ``sample_inputs``: processor outputs, one instruction per batch; ``peaks``:
-    :func:`measured_peaks` (measured here when None). The model is left without a reduction."""
+    :func:`measured_peaks` (measured here when None). The model is left as it was found (a reduction attached before
+    is detached for the run and put back after)."""
     family = check_capturable(vla)
     for name, value in (("num_runs", num_runs), ("warmup", warmup)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "num_runs" else 0):
@@ -193,7 +194,22 @@ def benchmark_captured(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], s
     call = call_inputs(family, inputs.input_ids, inputs.pixel_values, None, inputs.proprio)
     step = STEPS[family](vla, inputs, tokens)
     pool = torch.cuda.graph_pool_handle()
-    remove_token_reduction(vla)
+    saved = model_state(vla)
+    try:
+        remove_token_reduction(vla)
+        rows = _timed_rows(vla, family, step, parsed, call, key, pool, peaks, tokens, device, num_runs, warmup, seed)
+    finally:
+        restore_model_state(vla, saved)
+    for mode in ("eager", "captured"):
+        _spread_fields(rows, mode)
+    for row in rows:
+        row.update(family=family, num_runs=num_runs, warmup=warmup, dtype=str(inputs.pixel_values.dtype)[6:])
+    return rows
+
+
+def _timed_rows(vla: nn.Module, family: str, step: Any, parsed: list[Setting], call: dict, key: str, pool: Any,
+                peaks: dict, tokens: int, device: torch.device, num_runs: int, warmup: int, seed: int) -> list[dict]:
+    """The untimed rows, then the interleaved rounds (see the module docstring); medians and ratios filled in."""
     rows, graphs = [], []
     with torch.no_grad():
         for s in parsed:
@@ -223,9 +239,6 @@ def benchmark_captured(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], s
         row["captured_vs_roofline"] = row["captured_ms"] / row["roofline_ms"]
         if "prefill_only_ms" in row:
             row["decode_share"] = 1.0 - row["prefill_only_ms"] / row["captured_ms"]
-        row.update(family=family, num_runs=num_runs, warmup=warmup, dtype=str(inputs.pixel_values.dtype)[6:])
-    for mode in ("eager", "captured"):
-        _spread_fields(rows, mode)
     return rows
 
 

@@ -23,11 +23,11 @@ from torch import nn
 
 from prismatic_tr.bench.measure.timing import synchronize
 from prismatic_tr.bench.vla.benchmark import STEPS
-from prismatic_tr.bench.vla.measure import pick_unnorm_key
+from prismatic_tr.bench.vla.measure import model_state, pick_unnorm_key, restore_model_state
 from prismatic_tr.bench.vla.step import prepare_inputs
 from prismatic_tr.models.family import family_of
 from prismatic_tr.models.wrappers import unwrap_vla
-from prismatic_tr.vla import reductions_attached, remove_token_reduction
+from prismatic_tr.vla import reductions_attached
 from prismatic_tr.vla.spec import Setting, parse_setting
 
 T = TypeVar("T")
@@ -99,7 +99,7 @@ def profile_step(run: Callable[[], Any], device: torch.device, steps: int, top: 
 def kernel_profile(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], settings: Sequence[str | Setting],
                    steps: int = 3, top: int = 15, seed: int = 0) -> list[dict[str, Any]]:
     """:func:`profile_step` of ``vla``'s step unreduced and under each of ``settings``; one dict per setting
-    (``setting`` and the profile). The model is left without a reduction."""
+    (``setting`` and the profile). The model is left as it was found."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps={steps!r} is not allowed; use an integer >= 1")
     device = next(unwrap_vla(vla).parameters()).device
@@ -107,12 +107,15 @@ def kernel_profile(vla: nn.Module, sample_inputs: dict[str, torch.Tensor], setti
     step = STEPS[family_of(vla).name](vla, prepare_inputs(vla, sample_inputs, device), tokens)
     parsed = list(dict.fromkeys([parse_setting("none"), *(s if isinstance(s, Setting) else parse_setting(s)
                                                           for s in settings)]))
-    remove_token_reduction(vla)
-    rows = []
-    with torch.no_grad():
-        for s in parsed:
-            with reductions_attached(vla, s.reductions(seed)):
-                rows.append({"setting": s.label, **profile_step(lambda: step.run(labelled_call), device, steps, top)})
+    saved, rows = model_state(vla), []
+    try:
+        with torch.no_grad():
+            for s in parsed:
+                with reductions_attached(vla, s.reductions(seed)):
+                    rows.append({"setting": s.label,
+                                 **profile_step(lambda: step.run(labelled_call), device, steps, top)})
+    finally:
+        restore_model_state(vla, saved)
     return rows
 
 
