@@ -1,7 +1,10 @@
 """Which checkpoint of a training run to keep: the one rule every recipe and script uses.
 
 Of a run's saved checkpoints (``step_N``), the one with the most successes on the validation episodes; among equals
-the later step, which trained longer. With no validation episodes, or one checkpoint, the last step's. The recipes
+the later step, which trained longer. With no validation episodes, or one checkpoint, the last step's. A recipe that
+scores several tasks may set a per-task floor (``floor``: validation successes every task must reach): the choice
+is then made among the checkpoints that reach it on every task, and among all of them only when none does (the
+MetaWorld recipe's ``--task_floor``: a checkpoint that gains on easy tasks while one task collapses is not the best). The recipes
 (:mod:`prismatic_tr.policy.train`, :mod:`~prismatic_tr.policy.oft_recipe`, :mod:`~prismatic_tr.policy.metaworld_recipe`)
 score each checkpoint themselves; ``scripts/finetune_reduced.sh`` has ``eval_policy.py`` score them and reads its
 results files (:func:`choose_from_results`, the command ``prismatic-tr-choose-checkpoint``).
@@ -20,6 +23,8 @@ from typing import Any
 from prismatic_tr.envs.splits import VALIDATION
 
 RULE = "most validation successes{over}, ties to the later step"
+FLOOR_RULE = "among the checkpoints with >= {floor} of {episodes} validation successes on every task (all of them " \
+             "when none has), " + RULE
 LAST = "the last step's checkpoint"
 
 
@@ -42,20 +47,35 @@ def best_step(successes: Mapping[int, float]) -> int:
     return max(successes, key=lambda step: (successes[step], step))
 
 
+def reaches_floor(score: Mapping[str, Any], floor: int) -> bool:
+    """Whether a checkpoint's score (``per_task``: {task: successes}) has at least ``floor`` successes on every
+    task; ValueError when a floor is asked of a score without ``per_task``."""
+    if "per_task" not in score:
+        raise ValueError(f"a per-task floor ({floor}) needs each checkpoint's per_task successes; the score holds "
+                         f"{sorted(score)}")
+    return all(n >= floor for n in score["per_task"].values())
+
+
 def choose_checkpoint(checkpoints: Mapping[int, Path], episodes: int, score: Callable[[Path], dict[str, Any]],
-                      count_key: str = "episodes", over: str = "") -> tuple[Path, dict[str, Any]]:
+                      count_key: str = "episodes", over: str = "", floor: int = 0) -> tuple[Path, dict[str, Any]]:
     """The checkpoint whose ``score(path)`` (a dict with ``successes``, kept in the record) is highest over
     ``episodes`` validation episodes, ties to the later step; the last step's without scoring when ``episodes`` is
-    0 or there is one checkpoint. Returns it and the selection record (``count_key``: the episodes' key; ``over``:
-    words added to the rule, e.g. " over the tasks")."""
+    0 or there is one checkpoint. With ``floor`` > 0 the choice is among the checkpoints whose ``per_task``
+    successes all reach it (:func:`reaches_floor`), among all when none does. Returns it and the selection record
+    (``count_key``: the episodes' key; ``over``: words added to the rule, e.g. " over the tasks")."""
     if not checkpoints:
         raise ValueError("no checkpoint to choose from")
+    if floor < 0 or floor > max(episodes, 0):
+        raise ValueError(f"floor {floor!r} is not allowed; use 0 (none) to {episodes} (the episodes per task)")
     steps = sorted(checkpoints)
     if episodes == 0 or len(steps) == 1:
         return checkpoints[steps[-1]], {count_key: 0, "rule": LAST, "candidates": [str(checkpoints[steps[-1]])]}
     scores = {s: {"step": s, "checkpoint": str(checkpoints[s]), **score(checkpoints[s])} for s in steps}
-    best = best_step({s: scores[s]["successes"] for s in steps})
-    return checkpoints[best], {count_key: episodes, "split": VALIDATION, "rule": RULE.format(over=over),
+    eligible = [s for s in steps if reaches_floor(scores[s], floor)] if floor else steps
+    best = best_step({s: scores[s]["successes"] for s in (eligible or steps)})
+    rule = FLOOR_RULE.format(floor=floor, episodes=episodes, over=over) if floor else RULE.format(over=over)
+    return checkpoints[best], {count_key: episodes, "split": VALIDATION, "rule": rule,
+                               **({"task_floor": floor, "reach_floor": eligible} if floor else {}),
                                "candidates": list(scores.values()), "chosen": str(checkpoints[best])}
 
 

@@ -38,6 +38,7 @@ tabletop policy): training, choice and evaluation all run with the setting attac
 # No "from __future__ import annotations": draccus 0.8 needs real (not string) field types.
 
 import json
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -127,6 +128,8 @@ class MetaWorldPolicyTrainConfig:
     save_steps: int = 1000                     # checkpoint interval (the candidates for --select_episodes)
     select_episodes: int = 10                  # validation episodes per task per checkpoint; the best is the policy
                                                #   (0: the last checkpoint)
+    task_floor: float = 0.7                    # the choice is among checkpoints with at least this share of
+                                               #   select_episodes on every task (all when none has; 0: no floor)
     test_episodes: int = 50                    # closed-loop test episodes per task (reporting only)
     execute_steps: int | None = None           # chunk actions run open loop per prediction (null: the whole chunk)
     image_size: int = DEFAULT_IMAGE_SIZE       # evaluation frames (the demonstrations' size)
@@ -147,6 +150,8 @@ class MetaWorldPolicyTrainConfig:
         from prismatic_tr.policy.oft_recipe import check_resumable, check_training_flags
 
         self.output_dir = Path(self.output_dir)
+        if not 0 <= self.task_floor <= 1:
+            raise ValueError(f"--task_floor {self.task_floor!r} is not allowed; use a share from 0 (no floor) to 1")
         for name, low in (("episodes_per_task", 1), ("batch_size", 1), ("max_steps", 1), ("lr_warmup_steps", 0),
                           ("seed", 0), ("save_steps", 1), ("select_episodes", 0), ("test_episodes", 1),
                           ("eval_batch_size", 1), ("eval_workers", 1), ("chunk", 1), ("image_size", 32)):
@@ -211,6 +216,11 @@ class MetaWorldPolicyTrainConfig:
             if task not in MT10:
                 raise ValueError(f"--refine.task_episodes names {task!r}; the tasks are {list(MT10)}")
             check_int_flag(f"refine.task_episodes[{task}]", n, 1)
+
+    @property
+    def floor_successes(self) -> int:
+        """``task_floor`` as validation successes of ``select_episodes`` (0.7 of 10: 7)."""
+        return math.ceil(round(self.task_floor * self.select_episodes, 6))
 
     @property
     def refine_steps(self) -> int:
@@ -311,23 +321,65 @@ def evaluate(checkpoint: Path, split: str, episodes: int, cfg: MetaWorldPolicyTr
             "eval_workers": cfg.eval_workers, "wall_s": time.perf_counter() - start}
 
 
-def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path]) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint with the most successes over ``cfg.select_episodes`` validation episodes of every task (ties:
-    the later step)."""
+def choose(cfg: MetaWorldPolicyTrainConfig, checkpoints: dict[int, Path],
+           known: dict[str, dict[str, Any]] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint with the most successes over ``cfg.select_episodes`` validation episodes of every task among
+    those reaching ``cfg.task_floor`` on every task (all when none does; ties: the later step). ``known``:
+    {checkpoint path: its score} recorded by an earlier run of these flags on the same episodes, reused, not run
+    again."""
     from prismatic_tr.policy.checkpoint_choice import choose_checkpoint
 
     def score(checkpoint: Path) -> dict[str, Any]:
+        if str(checkpoint) in (known or {}):
+            return {k: v for k, v in known[str(checkpoint)].items() if k not in ("step", "checkpoint")}
         record = evaluate(checkpoint, VALIDATION, cfg.select_episodes, cfg)
         return {"mean_success_rate": record["mean_success_rate"],
                 "successes": sum(t["successes"] for t in record["tasks"].values()),
                 "per_task": {k: t["successes"] for k, t in record["tasks"].items()}, "wall_s": record["wall_s"]}
 
-    return choose_checkpoint(checkpoints, cfg.select_episodes, score, "episodes_per_task", " over the tasks")
+    return choose_checkpoint(checkpoints, cfg.select_episodes, score, "episodes_per_task", " over the tasks",
+                             floor=cfg.floor_successes)
+
+
+def known_scores(record: dict[str, Any] | None, cfg: MetaWorldPolicyTrainConfig) -> dict[str, dict[str, Any]]:
+    """{checkpoint: score} of an earlier run's choice when it scored on the episodes ``cfg`` scores on (the same
+    ``select_episodes`` of the same tasks); empty otherwise."""
+    if record is None:
+        return {}
+    selection = record.get("selection", {})
+    if selection.get("episodes_per_task") != cfg.select_episodes or record["config"].get("tasks") != cfg.tasks:
+        return {}
+    return {c["checkpoint"]: c for c in selection.get("candidates", []) if isinstance(c, dict) and "per_task" in c}
+
+
+def chosen_rule(cfg: MetaWorldPolicyTrainConfig) -> str:
+    """How ``cfg`` chooses, in words (the terminal line of a choice made again)."""
+    floor = f", every task >= {cfg.floor_successes}" if cfg.floor_successes else ""
+    return f"{cfg.select_episodes} validation episodes a task{floor}"
+
+
+def chosen_alike(record: dict[str, Any], cfg: MetaWorldPolicyTrainConfig) -> bool:
+    """Whether ``record``'s choice was made as ``cfg`` makes it (its episodes and its floor)."""
+    selection = record.get("selection", {})
+    if selection.get("rule") == "the last step's checkpoint":
+        return cfg.select_episodes == 0 or len(record["training"]["checkpoints"]) == 1
+    return (selection.get("episodes_per_task") == cfg.select_episodes
+            and selection.get("task_floor", 0) == cfg.floor_successes)
 
 
 def finished_stage(cfg: MetaWorldPolicyTrainConfig, test: bool) -> dict[str, Any] | None:
     """The record ``<output_dir>/evaluation.json`` of a run with ``cfg``'s training flags that got as far as this
-    one goes (its test too, when ``test``), or None (also with ``--resume false``)."""
+    one goes (its test too, when ``test``) and chose as ``cfg`` chooses (:func:`chosen_alike`), or None (also with
+    ``--resume false``)."""
+    record = trained_stage(cfg)
+    if record is None or not chosen_alike(record, cfg):
+        return None
+    return record if TEST in record.get("evaluation", {}) or not test else None
+
+
+def trained_stage(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any] | None:
+    """The record ``<output_dir>/evaluation.json`` of a finished run with ``cfg``'s training flags, however it
+    chose and tested, or None (also with ``--resume false``)."""
     from prismatic_tr.policy.train_state import training_identity
 
     path = cfg.output_dir / "evaluation.json"
@@ -335,34 +387,48 @@ def finished_stage(cfg: MetaWorldPolicyTrainConfig, test: bool) -> dict[str, Any
         return None
     record = json.loads(path.read_text())
     same = training_identity(record.get("config", {}), False) == training_identity(cfg.to_record(), False)
-    return record if same and (TEST in record.get("evaluation", {}) or not test) else None
+    return record if same else None
 
 
 def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, Any]:
     """One training run in ``cfg.output_dir``: demonstrations, training, the choice on validation, the chosen
     checkpoint copied to ``policy/`` and, with ``test``, its test episodes; returns (and writes to
-    ``evaluation.json``) what it did and measured. A run of the same flags that finished is returned as it is."""
+    ``evaluation.json``) what it did and measured. A run of the same flags that finished is returned as it is; one
+    that finished under another choice (``--task_floor``, ``--select_episodes``) is chosen again from its recorded
+    validation scores where they hold these episodes, and tested again, without training."""
     from prismatic_tr.policy.oft_recipe import CURVE, install, start_policy, train_policy
 
     done = finished_stage(cfg, test)
     if done is not None:
         print(f"{cfg.output_dir}: finished before (evaluation.json), not run again")
         return done
+    before = trained_stage(cfg)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    data_root = ensure_demos(cfg)
-    t_demos = time.perf_counter()
     aggregated = [Path(root) for root in cfg.onpolicy_aggregate]
-    if cfg.lora_rank:
-        base = cfg.init_oft
-        checkpoints, history = train_lora(cfg, data_root, DATASET, cfg.output_dir / CURVE)
+    if before is not None:
+        print(f"{cfg.output_dir}: trained before (evaluation.json), chosen again: {chosen_rule(cfg)}")
+        data_root, base = Path(before["demonstrations"]["data_root"]), before["base_policy"]
+        checkpoints = {int(k): Path(v) for k, v in before["training"]["checkpoints"].items()}
+        last_loss, earlier = before["training"]["last_loss"], before["minutes"]
+        t_demos = t_train = time.perf_counter()
     else:
-        vla, processor, _, base = start_policy(cfg, data_root, DATASET)
-        result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET, also=aggregated)
-        checkpoints, history = result.checkpoints, result.history
-        del vla
-    t_train = time.perf_counter()
-    checkpoint, selection = choose(cfg, checkpoints)
+        data_root = ensure_demos(cfg)
+        t_demos = time.perf_counter()
+        if cfg.lora_rank:
+            base = cfg.init_oft
+            checkpoints, history = train_lora(cfg, data_root, DATASET, cfg.output_dir / CURVE)
+        else:
+            vla, processor, _, base = start_policy(cfg, data_root, DATASET)
+            result = train_policy(cfg, vla, processor, vla.norm_stats, data_root, DATASET, also=aggregated)
+            checkpoints, history = result.checkpoints, result.history
+            del vla
+        last_loss, earlier = history[-1]["loss"], {}
+        t_train = time.perf_counter()
+    known = known_scores(before, cfg)
+    checkpoint, selection = choose(cfg, checkpoints, known)
+    if known:
+        selection["scores_from"] = str(cfg.output_dir / "evaluation.json")   # an earlier choice's, not run again
     policy = install(checkpoint, [], cfg.output_dir / "policy")
     adapter = write_adapter(checkpoint, cfg, DATASET) if cfg.lora_rank else None
     t_select = time.perf_counter()
@@ -376,20 +442,20 @@ def run_stage(cfg: MetaWorldPolicyTrainConfig, test: bool = True) -> dict[str, A
         "demonstrations": {"data_root": str(data_root), **(json.loads(demos.read_text()) if demos.is_file() else {})},
         **({"aggregated": [{"data_root": str(root), **json.loads((root / DATASET / ONPOLICY_SUMMARY).read_text())}
                            for root in aggregated]} if aggregated else {}),
-        "training": {"steps": cfg.max_steps, "last_loss": history[-1]["loss"], "curve": CURVE,
+        "training": {"steps": cfg.max_steps, "last_loss": last_loss, "curve": CURVE,
                      "checkpoints": {str(k): str(v) for k, v in checkpoints.items()},
                      **({"lora_rank": cfg.lora_rank} if cfg.lora_rank else {})},
         "selection": selection, "checkpoint": str(checkpoint), "policy": str(policy),
         **({"adapter": str(adapter)} if adapter is not None else {}),
         "execute_steps": cfg.execute_steps or cfg.chunk, "evaluation": evaluation,
-        "minutes": {"demonstrations": (t_demos - t0) / 60, "training": (t_train - t_demos) / 60,
-                    "selection": (t_select - t_train) / 60,
+        "minutes": {"demonstrations": earlier.get("demonstrations", (t_demos - t0) / 60),
+                    "training": earlier.get("training", (t_train - t_demos) / 60),
+                    "selection": (t_select - t_train) / 60 + (earlier.get("selection", 0) if known else 0),
                     **({"evaluation_test": evaluation[TEST]["wall_s"] / 60} if test else {})},
         **run_facts(cfg),
     }
     (cfg.output_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
-
 
 
 def run_recipe(cfg: MetaWorldPolicyTrainConfig) -> dict[str, Any]:

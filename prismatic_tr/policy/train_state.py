@@ -25,13 +25,20 @@ STATE_EVERY = 200              # steps between states (besides every checkpoint 
 # recipe flags that do not change what training computes (choosing, testing, logging, where things go; "refine":
 # the MetaWorld recipe's stage 2, which trains in a directory of its own with its own flags)
 NOT_TRAINING = frozenset({"output_dir", "select_episodes", "execute_steps", "eval_episodes", "test_episodes",
-                          "eval_batch_size", "eval_workers", "install_dir", "progress", "resume", "refine"})
+                          "eval_batch_size", "eval_workers", "install_dir", "progress", "resume", "refine",
+                          "task_floor"})
+# training flags added to the recipes after runs were made, each with the value that trains as those runs did: a
+# record or a state without one of them was made with this value (flags whose default changed are not here:
+# proprio_slots' absence means False, the old behaviour, and a run that lacks it must be continued with it)
+ADDED_LATER: dict[str, Any] = {"onpolicy_episodes": 0, "onpolicy_seed": 100000, "onpolicy_teacher": None,
+                               "onpolicy_aggregate": [], "lora_rank": 0}
 
 
 def training_identity(record: Mapping[str, Any], autocast: bool) -> dict[str, Any]:
     """The recipe config's record (``cfg.to_record()``) without :data:`NOT_TRAINING`, with the autocast it resolved
     to (``bf16_autocast`` null resolves per machine)."""
-    return {**{k: v for k, v in record.items() if k not in NOT_TRAINING}, "autocast_resolved": bool(autocast)}
+    return {**ADDED_LATER, **{k: v for k, v in record.items() if k not in NOT_TRAINING},
+            "autocast_resolved": bool(autocast)}
 
 
 def save_train_state(path: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -54,11 +61,12 @@ def load_train_state(path: Path, identity: Mapping[str, Any]) -> dict[str, Any] 
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-        found = state["identity"]
+        found = {**ADDED_LATER, **state["identity"]}
     except Exception as err:  # a file that is not a state: say so instead of a pickle traceback
         raise ValueError(f"{str(path)!r} is not a training state ({type(err).__name__}: {err}); remove it, or "
                          "start afresh (--resume false)") from None
-    if found != dict(identity):
+    identity = {**ADDED_LATER, **identity}
+    if found != identity:
         keys = sorted(set(found) | set(identity))
         diffs = [f"{k}: {found.get(k)!r} there, {identity.get(k)!r} here" for k in keys
                  if found.get(k) != identity.get(k)]

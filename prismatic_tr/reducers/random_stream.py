@@ -10,7 +10,8 @@ graph break, the same bits in eager and compiled code.
 Why the state lives on the host: a 0-d CPU tensor combines with tensors on any device as a scalar kernel
 argument (no copy, no sync), and it exists before any traced call, so no tensor is created inside a
 compiled region (torch 2.2 mis-handles a tensor created and stored on the module during tracing).
-Under a captured CUDA graph the key is frozen at capture time (every replay repeats the draw).
+Under a captured CUDA graph the key would be frozen at capture time (every replay would repeat the draw), so
+:class:`~prismatic_tr.vla.cuda_graph.CapturedStep` refuses a setting that draws at random.
 """
 
 from __future__ import annotations

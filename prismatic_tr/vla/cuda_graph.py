@@ -33,6 +33,8 @@ Rules that keep a replay true:
 * The graphs of one :class:`CapturedPolicy` share one memory pool: each replay's outputs are copied out before
   the next replay, and calls are not made from several threads at once.
 * Greedy decoding only (``do_sample=True`` draws on the host's generator), and the model's own OFT heads.
+* No reduction that draws at random (``random``): its key lives on the host and a replay would repeat the draw made
+  at capture (:mod:`~prismatic_tr.reducers.random_stream`), so such a setting is refused when a step is captured.
 
 On a CPU, or with a model that is not a native OpenVLA / OpenVLA-OFT, capture is refused before any work with a
 ``ValueError`` saying why (eager ``vla.predict_action`` is the path there).
@@ -111,6 +113,20 @@ def check_capturable(vla: nn.Module) -> str:
     return family
 
 
+def check_replayable(handles: Any) -> None:
+    """``ValueError`` when a live reduction draws at random per call (a reducers strategy with ``uses_key`` or
+    ``uses_generator``): a captured graph would replay the draw made at capture on every call."""
+    from prismatic_tr.reducers import available_methods
+    from prismatic_tr.reducers.registry import get_strategy
+
+    for handle in handles:
+        method = handle.settings.method
+        if method in available_methods() and (get_strategy(method).uses_key or get_strategy(method).uses_generator):
+            raise ValueError(f"the attached setting {handle.settings.label!r} draws at random on every call, which a "
+                             "CUDA graph cannot: each replay would repeat the draw made at capture; use a "
+                             "deterministic method (e.g. diverse) or call vla.predict_action (eager)")
+
+
 def call_inputs(family: str, input_ids: torch.Tensor | None, pixel_values: torch.Tensor | None,
                 attention_mask: torch.Tensor | None = None, proprio: Any = None) -> Inputs:
     """The call's tensors by name, as the graph's buffers hold them (``proprio``: float32 (B, D) from an array or a
@@ -183,6 +199,7 @@ class CapturedStep:
         self.unnorm_key = self.model._check_unnorm_key(unnorm_key)
         self.parts = PARTS[self.family]
         self.handles = tuple(live_handles(vla))  # the graph reads their tensors: keep them alive
+        check_replayable(self.handles)
         self.signature = signature(example)
         device = model_device(vla)
         self.inputs = {name: t.detach().to(device).clone() for name, t in example.items()}

@@ -50,6 +50,34 @@ def test_choose_checkpoint_scores_each_and_records_the_rule(tmp_path: Path) -> N
     assert [c["step"] for c in record["candidates"]] == [2, 4, 6]
 
 
+def _per_task(tasks: dict[int, list[int]]):
+    return lambda c: {"successes": sum(tasks[step_of(c)]), "per_task": dict(enumerate(tasks[step_of(c)]))}
+
+
+def test_a_per_task_floor_chooses_among_the_checkpoints_that_reach_it_on_every_task(tmp_path: Path) -> None:
+    """MetaWorld's stage 2: step 1000 had 93 of 100 with one task at 4 of 10, step 1500 91 with every task >= 8."""
+    checkpoints = _checkpoints(tmp_path, [500, 1000, 1500])
+    tasks = {500: [5, 9, 4], 1000: [10, 10, 4], 1500: [8, 8, 7]}
+    assert choose_checkpoint(checkpoints, 10, _per_task(tasks))[0] == checkpoints[1000]   # no floor: the most
+    chosen, record = choose_checkpoint(checkpoints, 10, _per_task(tasks), floor=7)
+    assert chosen == checkpoints[1500] and record["reach_floor"] == [1500] and record["task_floor"] == 7
+    assert record["rule"].startswith("among the checkpoints with >= 7 of 10 validation successes on every task")
+    # none reaches it: the most successes over all of them, as without a floor
+    chosen, record = choose_checkpoint(checkpoints, 10, _per_task(tasks), floor=9)
+    assert chosen == checkpoints[1000] and record["reach_floor"] == []
+
+
+@pytest.mark.parametrize("floor, match", [(-1, "floor -1"), (11, "floor 11 is not allowed; use 0 \\(none\\) to 10")])
+def test_a_floor_outside_the_episodes_is_refused(tmp_path: Path, floor: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        choose_checkpoint(_checkpoints(tmp_path, [2, 4]), 10, lambda c: pytest.fail("scored"), floor=floor)
+
+
+def test_a_floor_needs_per_task_scores(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="per_task"):
+        choose_checkpoint(_checkpoints(tmp_path, [2, 4]), 10, lambda c: {"successes": 3}, floor=2)
+
+
 @pytest.mark.parametrize("episodes, steps", [(0, [2, 4]), (5, [4])])
 def test_no_episodes_or_one_checkpoint_keeps_the_last_unscored(tmp_path: Path, episodes: int, steps: list[int]) -> None:
     checkpoints = _checkpoints(tmp_path, steps)

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
     (["--base_policy", "/nonexistent"], "--base_policy"),
     (["--setting", "vision:nonsense:0.1"], "nonsense"),
     (["--eval_workers", "0"], "--eval_workers 0"),
+    (["--task_floor", "1.5"], "--task_floor 1.5 is not allowed"),
 ])
 def test_training_command_refuses_bad_flags_with_exit_2(argv: list[str], match: str,
                                                         capsys: pytest.CaptureFixture) -> None:
@@ -211,6 +212,54 @@ def write_tiny_oft_config(path: Path) -> Path:
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"oft": {"proprio_dim": 7, "proprio_slots": True}}))
     return path
+
+
+def test_a_run_chosen_under_another_floor_is_chosen_again_from_its_scores_then_tested_not_trained(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The per-task floor (--task_floor, 0.7 of the validation episodes) came after runs chosen without one: such a
+    run is chosen again from the scores its record holds (no validation episode run again, no training) and its
+    new choice tested; a run chosen as the flags choose is returned as it is."""
+    from prismatic_tr.policy import metaworld_recipe
+    from prismatic_tr.policy.checkpoint_choice import RULE
+
+    policy = write_tiny_oft_config(tmp_path / "policy_in")
+    cfg = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "run"), "--init_oft", str(policy)])
+    assert cfg.task_floor == 0.7 and cfg.floor_successes == 7
+    checkpoints, candidates = {}, []
+    for step, per_task in ((500, [5, 9]), (1000, [10, 6]), (1500, [8, 7])):   # 1000 has the most, one task at 6
+        checkpoints[str(step)] = str(write_tiny_oft_config(tmp_path / "run" / "checkpoints" / f"step_{step}"))
+        candidates.append({"step": step, "checkpoint": checkpoints[str(step)], "successes": sum(per_task),
+                           "per_task": dict(zip(["reach-v3", "push-v3"], per_task, strict=True)), "wall_s": 60.0})
+    old_config = {k: v for k, v in cfg.to_record().items() if k != "task_floor"}
+    record = {"config": old_config, "base_policy": str(policy), "demonstrations": {"data_root": str(tmp_path)},
+              "training": {"steps": 4000, "last_loss": 0.02, "checkpoints": checkpoints},
+              "selection": {"episodes_per_task": 10, "split": "validation", "rule": RULE.format(over=""),
+                            "candidates": candidates, "chosen": checkpoints["1000"]},
+              "minutes": {"demonstrations": 1.0, "training": 30.0, "selection": 25.0},
+              "evaluation": {"test": {"mean_success_rate": 0.892}}}
+    (tmp_path / "run" / "evaluation.json").write_text(json.dumps(record))
+    assert metaworld_recipe.finished_stage(cfg, test=True) is None and metaworld_recipe.trained_stage(cfg)
+    runs: list[tuple[Path, str]] = []
+
+    def evaluate(checkpoint: Path, split: str, episodes: int, cfg, setting=None) -> dict:
+        assert split == "test", f"{checkpoint} run on {split}: its scores were recorded"
+        runs.append((checkpoint, split))
+        return {"mean_success_rate": 0.924, "tasks": {}, "wall_s": 6.0}
+
+    monkeypatch.setattr(metaworld_recipe, "evaluate", evaluate)
+    again = metaworld_recipe.run_stage(cfg)
+    assert "chosen again: 10 validation episodes a task, every task >= 7" in capsys.readouterr().out
+    assert again["checkpoint"] == checkpoints["1500"] and again["selection"]["reach_floor"] == [1500]
+    assert again["selection"]["scores_from"] == str(tmp_path / "run" / "evaluation.json")
+    assert runs == [(tmp_path / "run" / "policy", "test")] and again["evaluation"]["test"]["mean_success_rate"] == 0.924
+    assert again["minutes"]["training"] == 30.0 and again["minutes"]["selection"] >= 25.0
+    assert again["training"]["last_loss"] == 0.02 and again["config"]["task_floor"] == 0.7
+    assert metaworld_recipe.run_stage(cfg) == json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert len(runs) == 1   # chosen as these flags choose, tested: not run again
+    # with no floor the record's own choice holds again
+    no_floor = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "run"), "--init_oft", str(policy),
+                                                    "--task_floor", "0"])
+    assert metaworld_recipe.run_stage(no_floor)["checkpoint"] == checkpoints["1000"] and len(runs) == 2
 
 
 def test_training_command_refuses_demonstrations_and_policies_of_another_state(tmp_path: Path,

@@ -266,6 +266,14 @@ def test_bad_calls_are_refused_before_any_capture(device: str) -> None:
         step(call_inputs("openvla", **inputs("openvla", batch=2, device=device)))
     with pytest.raises(ValueError, match="tokens=0"):
         CapturedStep(vla, call, "bridge_orig", tokens=0)
+    for spec in ("random:0.5", "vision:random:0.5@0.25"):   # a replay would repeat the draw made at capture
+        apply_token_reduction_spec(vla, spec)
+        try:
+            with pytest.raises(ValueError, match=f"{spec!r} draws at random on every call"):
+                policy.predict_action(**example, unnorm_key="bridge_orig")
+        finally:
+            remove_token_reduction(vla)
+    assert not policy.steps
 
 
 def test_the_prefill_only_graph_gives_the_first_token(device: str) -> None:

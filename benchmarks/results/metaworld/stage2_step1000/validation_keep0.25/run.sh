@@ -4,4 +4,4 @@ cd /work/main
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa
 exec .venv/bin/python vla_scripts/eval_metaworld.py --split validation --episodes 10 \
   --settings "[none,diverse:0.25,spatial_pool:2x2,salient_diverse:0.25]" --timing_runs 0 --workers 1 --num_threads 1 \
-  --output_dir benchmarks/results/metaworld/shipped/validation_keep0.25 --progress false
+  --output_dir benchmarks/results/metaworld/stage2_step1000/validation_keep0.25 --progress false

@@ -6,4 +6,4 @@ cd /work/main
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa
 exec .venv/bin/python benchmarks/metaworld_camera_budget.py --budgets 0.15,0.35 -- --split validation --episodes 10 \
   --settings "[none,diverse:0.25]" --timing_runs 0 --workers 1 --num_threads 1 \
-  --output_dir benchmarks/results/metaworld/shipped/validation_camera_budget/b0.15_0.35 --progress false
+  --output_dir benchmarks/results/metaworld/stage2_step1000/validation_camera_budget/b0.15_0.35 --progress false
