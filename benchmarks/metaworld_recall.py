@@ -6,8 +6,9 @@ For each MT10 task and the first ``--episodes`` validation seeds (unseen goals; 
 observation and the one halfway along MetaWorld's scripted expert's episode; each camera's 16 x 16 patches labelled
 from a segmentation render (``prismatic_tr.envs.metaworld.patch_labels``); the policy's towers run under each
 setting (``prismatic_tr.bench.vla.metaworld_recall.SETTINGS``: ``diverse`` at both sites and keeps, ``random`` at
-keep 0.25 as the floor). Writes the record (JSON, every task) and prints the pooled table (markdown) that
-``<output>.md`` keeps beside it. Needs the metaworld extra and OSMesa. Measures no time.
+keep 0.25 as the floor); and, unreduced, the share of the action slots' attention on the visual tokens that each
+camera and label gets, beside its area. Writes the record (JSON, every task) and prints the pooled tables
+(markdown) that ``<output>.md`` keeps beside it. Needs the metaworld extra and OSMesa. Measures no time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (torch first, always)
 
-from prismatic_tr.bench.vla.metaworld_recall import markdown, metaworld_recall
+from prismatic_tr.bench.vla.metaworld_recall import attention_markdown, markdown, metaworld_recall
 
 PROG = "metaworld_recall.py"
 DEFAULT_POLICY = Path("prismatic_tr/assets/metaworld_policy")
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     record = metaworld_recall(args.vla_path, args.tasks, args.episodes, "python " + " ".join(sys.argv))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(record, indent=1) + "\n")
-    table = markdown(record)
+    table = markdown(record) + "\n\n" + attention_markdown(record["attention"])
     args.output.with_suffix(".md").write_text(table + "\n")
     print(table)
     print(f"wrote {args.output}")

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.calls import CallRecord, Records, RecordSource
 from prismatic_tr.llm.calls import announced_prefill, decoder, read_call
 from prismatic_tr.llm.pruning import (
     prune_index,
@@ -75,8 +76,9 @@ class LLMPruningConfig:
 
 
 @dataclass
-class _State:
-    """The current sequence: ``mode`` "prefill" (pruning this call), "decode" (continuing a pruned one) or None.
+class PrunedSequence:
+    """The sequence in flight, kept in the call's record (``CallRecord.pruning``, :mod:`prismatic_tr.calls`):
+    ``mode`` "prefill" (pruning this call), "decode" (continuing a pruned one) or None.
 
     select: (K, start (B,), last (B,)) until the first pruned layer chooses; index (B, T'): positions kept;
     seq_len: T of the prefill; kept (B, n): visual tokens kept.
@@ -101,17 +103,19 @@ class LLMPruningHandle:
     """Live pruning on one language model; ``remove()`` (or leaving a ``with`` block) restores it exactly.
 
     ``num_visual()``: K of a fresh call (None: leave it alone); ``on_kept(kept)``, if given, hears the (B, n)
-    visual tokens each pruned prefill keeps. ``force_kept`` (B, n) visual indices replace the scoring (tests:
-    recomputation with the same choice), and ``prune_uncached`` prunes plain forwards too (tests only).
+    visual tokens each pruned prefill keeps. The pruned sequence (:class:`PrunedSequence`) lives in the record of
+    the call in flight: the caller's (``record()``), else one opened at each fresh call and kept for the decode
+    steps that continue it. ``force_kept`` (B, n) visual indices replace the scoring (tests: recomputation with the
+    same choice), and ``prune_uncached`` prunes plain forwards too (tests only).
     """
 
     def __init__(self, lm: nn.Module, config: LLMPruningConfig, num_visual: Callable[[], int | None],
-                 on_kept: Callable[[torch.Tensor], None] | None = None) -> None:
+                 on_kept: Callable[[torch.Tensor], None] | None = None, record: RecordSource | None = None) -> None:
         self.model = decoder(lm)
         layers = self.model.layers
         config.check(len(layers))
         self.lm, self.config, self.num_visual, self.on_kept = lm, config, num_visual, on_kept
-        self.state = _State()
+        self.records = Records(record)
         self.force_kept: torch.Tensor | None = None
         self.prune_uncached = False
         # closures, not bound methods: torch 2.2's dynamo cannot call a bound method as a hook (fullgraph)
@@ -127,9 +131,10 @@ class LLMPruningHandle:
                         for i in range(config.layer, len(layers))]
 
     @property
-    def last_kept(self) -> torch.Tensor | None:
-        """(B, n) indices of the visual tokens the last pruned prefill kept, or None."""
-        return self.state.kept
+    def sequence(self) -> PrunedSequence | None:
+        """The sequence of the call in flight (None outside one, or before its first fresh call)."""
+        record = self.records.current()
+        return record.pruning if record is not None else None
 
     # --- per call ---
     def _on_lm_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -145,9 +150,12 @@ class LLMPruningHandle:
             raise ValueError(f"the llm site needs a dynamic KV cache; got {type(call.cache).__name__}, whose length "
                              "cannot be read without a host sync")
         if not call.fresh:
-            self.state.mode = "decode" if self.state.index is not None else None
+            seq = self.sequence
+            if seq is not None:
+                seq.mode = "decode" if seq.index is not None else None
             return
-        self.state = _State()
+        record: CallRecord = self.records.begin()
+        record.pruning = PrunedSequence()
         k = self.num_visual()
         prefill = announced_prefill(self.model)
         if k is None or not (prefill is not None or call.asks_for_cache or self.prune_uncached):
@@ -161,33 +169,34 @@ class LLMPruningHandle:
                              "attention_mask")
         device = self.model.layers[0].input_layernorm.weight.device
         start, last = visual_window(mask, call.batch, call.length, device)
-        self.state = _State("prefill", (k, start, last), seq_len=call.length)
+        record.pruning = PrunedSequence("prefill", (k, start, last), seq_len=call.length)
 
     def _hook(self, index: int) -> Callable[..., Any]:
         first = index == self.config.layer
 
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-            if self.state.mode is None:
+            seq = self.sequence
+            if seq is None or seq.mode is None:
                 return None
             missing = [k for k in _LAYER_KWARGS if k not in kwargs]
             if missing:
                 raise ValueError(f"decoder layer {index} was called without the keyword arguments {missing}; the "
                                  "llm site rewrites them and does not know this transformers version's layer call")
-            if self.state.mode == "decode":
-                return self._decode_inputs(args, kwargs)
+            if seq.mode == "decode":
+                return self._decode_inputs(seq, args, kwargs)
             hidden = args[0] if args else kwargs["hidden_states"]
             if first:
-                self._select(module, hidden, kwargs)
-            return self._prefill_inputs(args, kwargs, hidden, first)
+                self._select(seq, module, hidden, kwargs)
+            return self._prefill_inputs(seq, args, kwargs, hidden, first)
 
         return hook
 
-    def _select(self, layer: nn.Module, hidden: torch.Tensor, kwargs: dict) -> None:
+    def _select(self, seq: PrunedSequence, layer: nn.Module, hidden: torch.Tensor, kwargs: dict) -> None:
         """At the pruning layer of a pruned prefill: score, choose, and remember the gather index."""
-        k, start, last = self.state.select
+        k, start, last = seq.select
         kept = self.force_kept if self.force_kept is not None else select_visual(
             self._scores(layer, hidden, kwargs["position_ids"], start, last, k), self.config.keep_ratio)
-        self.state.index, self.state.kept = prune_index(hidden.shape[1], start, k, kept), kept
+        seq.index, seq.kept = prune_index(hidden.shape[1], start, k, kept), kept
         if self.on_kept is not None:
             self.on_kept(kept)
 
@@ -211,8 +220,9 @@ class LLMPruningHandle:
         key = apply_rotary_pos_emb(key, key, cos[:, m:], sin[:, m:])[0]
         return visual_token_scores(q, key.repeat_interleave(heads // kv_heads, dim=1))
 
-    def _prefill_inputs(self, args: tuple, kwargs: dict, hidden: torch.Tensor, first: bool) -> tuple[tuple, dict]:
-        index, t, kw = self.state.index, self.state.seq_len, dict(kwargs)
+    def _prefill_inputs(self, seq: PrunedSequence, args: tuple, kwargs: dict, hidden: torch.Tensor,
+                        first: bool) -> tuple[tuple, dict]:
+        index, t, kw = seq.index, seq.seq_len, dict(kwargs)
         for name in _PER_POSITION:
             value = kw.get(name)
             if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[-1] == t:
@@ -237,14 +247,14 @@ class LLMPruningHandle:
                 kw["hidden_states"] = pruned
         return args, kw
 
-    def _decode_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    def _decode_inputs(self, seq: PrunedSequence, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         mask = kwargs.get("attention_mask")
         if not (isinstance(mask, torch.Tensor) and mask.dim() == 4):
             return None
-        t = self.state.seq_len
-        new = torch.arange(t, mask.shape[-1], device=mask.device).expand(self.state.index.shape[0], -1)
+        t = seq.seq_len
+        new = torch.arange(t, mask.shape[-1], device=mask.device).expand(seq.index.shape[0], -1)
         kw = dict(kwargs)
-        kw["attention_mask"] = _gather_mask(mask, None, torch.cat([self.state.index, new], dim=1))
+        kw["attention_mask"] = _gather_mask(mask, None, torch.cat([seq.index, new], dim=1))
         return args, kw
 
     def remove(self) -> None:
@@ -252,7 +262,7 @@ class LLMPruningHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self.state = _State()
+        self.records.end()
 
     def __enter__(self) -> LLMPruningHandle:
         return self
@@ -263,10 +273,11 @@ class LLMPruningHandle:
 
 def apply_llm_pruning(
     lm: nn.Module, layer: int, keep_ratio: float, num_visual: Callable[[], int | None], num_queries: int = 4,
-    on_kept: Callable[[torch.Tensor], None] | None = None,
+    on_kept: Callable[[torch.Tensor], None] | None = None, record: RecordSource | None = None,
 ) -> LLMPruningHandle:
     """Prune visual tokens before decoder layer ``layer`` of ``lm`` (a ``LlamaForCausalLM``) in generation
     prefills; ``num_visual()`` gives K of the current call (None: leave the call alone); ``on_kept(kept)`` hears
-    what each pruned prefill keeps. Bad settings raise ``ValueError`` before anything is attached."""
+    what each pruned prefill keeps; ``record()``: the record of the caller's call in flight, which the pruned
+    sequence goes into (default: one per fresh call). Bad settings raise ``ValueError`` before anything is attached."""
     decoder(lm)
-    return LLMPruningHandle(lm, LLMPruningConfig(layer, keep_ratio, num_queries), num_visual, on_kept)
+    return LLMPruningHandle(lm, LLMPruningConfig(layer, keep_ratio, num_queries), num_visual, on_kept, record)

@@ -12,8 +12,10 @@ cache bookkeeping, and transformers 5's packed-sequence detection, which would r
 sequences packed in one row. The same hook therefore serves a prefill, every decode step of any generation
 loop (this package's or transformers' own ``generate``), a training forward and OpenVLA-OFT's parallel pass.
 
-The answer of a fresh call (one with nothing cached) stays active for the decode steps that continue it; a
-fresh call that gets None (text only, or no reduction in this call) runs with the ordinary positions. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
+The answer of a fresh call (one with nothing cached) stays active for the decode steps that continue it, in the
+record of the call in flight (``CallRecord.positions``, :mod:`prismatic_tr.calls`: the caller's, ``record()``, else
+one opened at each fresh call); a fresh call that gets None (text only, or no reduction in this call) runs with the
+ordinary positions. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
 ``remove()`` restores the model exactly.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.calls import Records, RecordSource
 from prismatic_tr.llm.calls import decoder, position_ids_argument, read_call, rotary_modules
 from prismatic_tr.llm.positions import original_positions
 
@@ -37,11 +40,12 @@ class PositionRemap:
     or float for merged tokens).
     """
 
-    def __init__(self, lm: nn.Module, source: Callable[[], tuple[torch.Tensor, int] | None]) -> None:
+    def __init__(self, lm: nn.Module, source: Callable[[], tuple[torch.Tensor, int] | None],
+                 record: RecordSource | None = None) -> None:
         self.model = decoder(lm)
         rotaries = rotary_modules(lm)  # ValueError before anything is attached
         self.source = source
-        self.active: tuple[torch.Tensor, int] | None = None
+        self.records = Records(record)
         # closures, not bound methods: torch 2.2's dynamo cannot call a bound method as a hook (fullgraph)
         def on_call(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
             return self._on_call(module, args, kwargs)
@@ -55,23 +59,26 @@ class PositionRemap:
     def _on_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         call = read_call(args, kwargs)
         if call.fresh:
-            self.active = self.source()
+            self.records.begin().positions = self.source()
         elif call.past is None:  # a static cache's length is unknown without a sync: a new answer marks a prefill
             fresh = self.source()
             if fresh is not None:
-                self.active = fresh
+                self.records.begin().positions = fresh
 
     def _on_rotary(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
-        if self.active is None:
+        record = self.records.current()
+        active = record.positions if record is not None else None
+        if active is None:
             return None
         position_ids, put_back = position_ids_argument(args, kwargs)
-        return put_back(original_positions(position_ids, *self.active))
+        return put_back(original_positions(position_ids, *active))
 
     def remove(self) -> None:
         """Detach every hook; the model is exactly as before. Safe to call twice."""
         for h in self._hooks:
             h.remove()
-        self._hooks, self.active = [], None
+        self._hooks = []
+        self.records.end()
 
     def __enter__(self) -> PositionRemap:
         return self

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.calls import Records, RecordSource
 from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
@@ -116,22 +117,25 @@ class SharedSelectionHandle:
     """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
 
     ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n. The scoring tower's choice,
-    (B, n) patch indices, is handed to the other towers of the same pass (``pending``: set by the first tower,
-    cleared once the last tower has gathered, so nothing crosses to the next pass) and to ``on_select(indices)``,
-    if given, each time the scoring tower chooses (once per image when a backbone runs its towers image by image).
+    (B, n) patch indices, is handed to the other towers of the same pass through the record of the call in flight
+    (``CallRecord.towers_chosen``, :mod:`prismatic_tr.calls`: the caller's, ``record()``, else one the handle opens
+    when the scoring tower runs and drops once the last tower has gathered, so nothing crosses to the next pass) and
+    to ``on_select(indices)``, if given, each time the scoring tower chooses (once per image when a backbone runs its
+    towers image by image).
     """
 
     def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
-                 on_select: Callable[[torch.Tensor], None] | None = None, scorer: CoverScorer | None = None) -> None:
+                 on_select: Callable[[torch.Tensor], None] | None = None, scorer: CoverScorer | None = None,
+                 record: RecordSource | None = None) -> None:
         self.towers, self.config, self.on_select = list(towers), config, on_select
         if (scorer is not None) != (config.method == LEARNED):
             raise ValueError(f"method={config.method!r} with scorer={type(scorer).__name__}: a CoverScorer goes "
                              f"with scoring {LEARNED!r}, and only with it")
-        self.scorer, self._gate = scorer, None
+        self.scorer = scorer
         self.blocks = [reduction_block(len(t.blocks), config.depth_fraction) for t in self.towers]
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
-        self.pending: torch.Tensor | None = None
+        self.records = Records(record)
         self._scoring: str | ReducerConfig = config.method if config.method in SCORINGS + (LEARNED,) else \
             ReducerConfig(method=config.method, keep_ratio=config.keep_ratio)
         self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
@@ -145,13 +149,16 @@ class SharedSelectionHandle:
             p = tower.num_prefix_tokens
             if tower_index == 0:
                 return self._select(tower, block, out)
-            if self.pending is None or self.pending.shape[0] != out.shape[0]:
+            record = self.records.current()
+            chosen = record.towers_chosen if record is not None else None
+            if chosen is None or chosen.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
-            kept = gather_rows(out, self.pending, p)
-            kept = kept if self._gate is None else _gated(kept, self._gate, p)
+            kept = gather_rows(out, chosen, p)
+            kept = kept if record.towers_gate is None else _gated(kept, record.towers_gate, p)
             if tower_index == len(self.towers) - 1:  # the pass is complete: its choice is not kept
-                self.pending, self._gate = None, None
+                record.towers_chosen, record.towers_gate = None, None
+                self.records.end()
             return kept
 
         return hook
@@ -176,7 +183,8 @@ class SharedSelectionHandle:
             gate = straight_through_gate(take_along(log_weights, chosen))
             kept = _gated(kept, gate, p)
         if len(self.towers) > 1:  # for the other towers of this pass
-            self.pending, self._gate = chosen, gate
+            record = self.records.begin()
+            record.towers_chosen, record.towers_gate = chosen, gate
         return kept
 
     def reseed(self) -> None:
@@ -189,7 +197,7 @@ class SharedSelectionHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self.pending, self._gate = None, None
+        self.records.end()
 
     def __enter__(self) -> SharedSelectionHandle:
         return self
@@ -221,9 +229,12 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 def apply_shared_selection(
     towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, method: str = "attention",
     on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0, scorer: CoverScorer | None = None,
+    record: RecordSource | None = None,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.
-    ``scorer``: the trained weights of scoring ``"learned"`` (default: zeros, which pick as ``"diverse"``).
+    ``scorer``: the trained weights of scoring ``"learned"`` (default: zeros, which pick as ``"diverse"``);
+    ``record``: the record of the caller's call in flight, which the towers' choice goes into (default: one per
+    pass of the towers).
 
     Raises ValueError (before any hook is attached) for bad settings, towers that are not timm
     ``VisionTransformer``-like, or towers whose patch grids differ.
@@ -232,4 +243,4 @@ def apply_shared_selection(
     check_towers(towers)
     if method == LEARNED and scorer is None:
         scorer = CoverScorer(tower_width(towers[0]))
-    return SharedSelectionHandle(towers, config, on_select, scorer)
+    return SharedSelectionHandle(towers, config, on_select, scorer, record)

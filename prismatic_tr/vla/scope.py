@@ -2,7 +2,7 @@
 
 A reduction before the language model learns something in the backbone or projector (which visual tokens it
 kept and where they sat, how many the projector passed on) that the language model needs later in the same
-call. That knowledge goes into a :class:`CallRecord`, made fresh for each top-level call and dropped when the
+call. That knowledge goes into a :class:`~prismatic_tr.calls.CallRecord`, made fresh for each top-level call and dropped when the
 call returns or raises, so nothing crosses from one call to the next: a standalone ``embed_images`` (or a
 backbone that raises) followed by a text-only ``generate`` runs exactly as the unreduced model.
 
@@ -25,75 +25,47 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from prismatic_tr.calls import CallRecord
 from prismatic_tr.models.wrappers import innermost_vla
+
+__all__ = ["CallRecord", "CallScope", "current_record", "reduction_call", "release_scope", "scope_of",
+           "use_scope"]
 
 SCOPE_ATTR = "_prismatic_tr_scope"
 SCOPED_METHODS = ("forward", "generate", "predict_action")
 
 
-@dataclass
-class CallRecord:
-    """What the parts of one top-level call hand each other.
-
-    kept: (B, K) where each visual token the language model receives sits among ``num_original`` unreduced
-        ones (int64, or float for pooled tokens); set after the backbone, read by the call's first fresh
-        language-model call (position keeping).
-    num_original: N, the unreduced visual tokens per sample.
-    num_visual: K, the visual tokens the projector put out (the ``llm`` site's window).
-    llm_kept: (B, n) visual tokens (among K) the ``llm`` site kept in this call's prefill.
-    """
-
-    kept: torch.Tensor | None = None
-    num_original: int | None = None
-    num_visual: int | None = None
-    llm_kept: torch.Tensor | None = None
-    positions_taken: bool = False
-    count_taken: bool = False
-
-    def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
-        """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``."""
-        self.kept, self.num_original, self.positions_taken = kept, int(num_original), False
-
-    def take_positions(self) -> tuple[torch.Tensor, int] | None:
-        """For the call's first fresh language-model call: ``(kept, num_original)``, once; later calls get None."""
-        if self.kept is None or self.positions_taken:
-            return None
-        self.positions_taken = True
-        return self.kept, int(self.num_original)
-
-    def take_count(self) -> int | None:
-        """For the call's first fresh language-model call: K, once; later calls get None."""
-        if self.num_visual is None or self.count_taken:
-            return None
-        self.count_taken = True
-        return self.num_visual
-
-
 class CallScope:
     """The calls in flight on one model: ``depth`` and the outermost call's :class:`CallRecord` (None between
-    calls). ``users``: live sites that need it; ``wrapped``: the names of the instance methods wrapped."""
+    calls). ``users``: live sites that need it; ``wrapped``: the names of the instance methods wrapped.
+
+    ``backward``: the record of the last call that ran with gradients enabled, kept until the next call begins and
+    read only by its backward pass, which may run parts of the call again (gradient checkpointing recomputes the
+    language model's layers, and on transformers 4.40 their rotary embeddings, which need the call's positions).
+    A call under ``torch.no_grad()`` leaves none."""
 
     def __init__(self) -> None:
         self.depth = 0
         self.record: CallRecord | None = None
+        self.backward: CallRecord | None = None
         self.users = 0
         self.wrapped: list[str] = []
 
     def enter(self) -> CallRecord:
         if self.depth == 0:
-            self.record = CallRecord()
+            self.record, self.backward = CallRecord(), None
         self.depth += 1
         return self.record
 
     def exit(self) -> None:
         self.depth -= 1
         if self.depth <= 0:
+            self.backward = self.record if torch.is_grad_enabled() else None
             self.depth, self.record = 0, None
 
 

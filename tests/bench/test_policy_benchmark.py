@@ -475,6 +475,40 @@ def test_each_setting_costs_one_untimed_pass_beside_its_timed_ones(vla, monkeypa
     assert records[0]["step_matches_generate"] == 1.0 and records[1]["step_matches_generate"] == 1.0
 
 
+def test_metaworld_label_attention_reads_the_slots_rows_and_splits_by_camera_and_label(monkeypatch):
+    """The slots' read rows (one before the first slot .. the last slot but one) over the visual tokens, renormalised,
+    split by camera and label; the over-all rows average the observations."""
+    from types import SimpleNamespace
+
+    from prismatic_tr.bench.vla import metaworld_recall as recall
+    from prismatic_tr.bench.vla import oft_attention
+
+    patches, slots = 4, 2
+    t = 1 + 2 * patches + 1 + 2 + slots + 1  # BOS, 2 cameras, proprio, 2 prompt tokens, slots, stop
+    probs = torch.zeros(1, t, t)
+    read = range(t - slots - 2, t - 2)
+    for r in read:
+        probs[0, r, 1] = 0.3          # camera 0, patch 0
+        probs[0, r, 1 + patches + 3] = 0.1  # camera 1, patch 3
+        probs[0, r, 0] = 0.6          # BOS: not visual, left out
+    probs[0, t - 2, 2] = 1.0          # a row the head does not read
+    monkeypatch.setattr(oft_attention, "layer_attention", lambda vla, inputs: [probs, probs])
+    vla = SimpleNamespace(oft=SimpleNamespace(num_action_slots=slots))
+    none = np.zeros(patches, dtype=bool)
+    labels = {"corner3": {"object": np.array([1, 0, 0, 0], dtype=bool), "goal": none, "gripper": none},
+              "gripperPOV": {"object": none, "goal": none, "gripper": np.array([0, 0, 1, 1], dtype=bool)}}
+    got = recall.label_attention(vla, {}, labels)
+    assert got["corner3"]["camera"] == pytest.approx(0.75) and got["corner3"]["object"] == pytest.approx(0.75)
+    assert got["gripperPOV"]["camera"] == pytest.approx(0.25) and got["gripperPOV"]["gripper"] == pytest.approx(0.25)
+    assert got["corner3"]["goal"] == 0.0
+    area = {"corner3": {"object": 0.125, "goal": 0.0, "gripper": 0.0},
+            "gripperPOV": {"object": 0.0, "goal": 0.0, "gripper": 0.25}}
+    rows = recall.attention_rows({"push-v3": [got], "reach-v3": [got, got]}, {"push-v3": [area], "reach-v3": [area]})
+    assert [(r["task"], r["camera"]) for r in rows][-2:] == [("all", "corner3"), ("all", "gripperPOV")]
+    assert rows[-2]["observations"] == 3 and rows[-2]["object_attention"] == 0.75 and rows[-2]["object_area"] == 0.125
+    assert "| corner3 | 75 % | 75.0 % / 12.5 % | 0.0 % / 0.0 % | 0.0 % / 0.0 % |" in recall.attention_markdown(rows)
+
+
 def test_metaworld_recall_pools_by_labelled_patches_and_refuses_bad_flags(tmp_path, capsys):
     from benchmarks import metaworld_recall as command
     from prismatic_tr.bench.vla.metaworld_recall import markdown, pooled

@@ -92,13 +92,14 @@ def test_the_package_has_no_import_circle() -> None:
 
 
 # The package's layers, lowest first: a module may import its own layer and the layers before it, never one after.
-# ``cli`` and ``bench.measure`` are the shared tools (flag parsing, timing, devices) that import nothing of the package;
+# ``calls`` (the record of one call), ``cli`` and ``bench.measure`` are the shared tools (per-call record, flag
+# parsing, timing, devices) that import nothing of the package;
 # then the reduction algorithms, the fidelity metrics and the patches (reducers, eval, vit, llm), the native models,
 # which also say which model family a model, checkpoint or run record is (``models.family``), the reduction API over
 # any OpenVLA (vla), the data and environments, training, the bundled policies, the server, and on top the benchmarks that time
 # and score all of them (and write the README's tables from every result, the server's load tests included). A
 # module's layer is its longest prefix in this list.
-LAYERS = ("cli", "bench.measure", "reducers", "eval", "vit", "llm", "models", "vla", "data", "envs", "training",
+LAYERS = ("calls", "cli", "bench.measure", "reducers", "eval", "vit", "llm", "models", "vla", "data", "envs", "training",
           "policy", "serve", "bench.vit", "bench.vla", "bench", "")
 
 

@@ -9,6 +9,7 @@ scope's wrappers leave with the last site, nested calls share one record, towers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -141,9 +142,55 @@ def test_towers_run_by_hand_stay_bounded() -> None:
         with torch.no_grad():
             for _ in range(MAX_IMAGES + 5):
                 vla.vision_backbone.featurizer(px[:, :3])
-            assert len(get_token_reduction(vla)._chosen) <= MAX_IMAGES
+            assert len(get_token_reduction(vla).records.current().images_chosen) <= MAX_IMAGES
             vla.vision_backbone(px)  # a whole backbone forward starts afresh
-        assert get_token_reduction(vla)._chosen == []
+        assert get_token_reduction(vla).records.current() is None  # and its record leaves with it
+    finally:
+        remove_token_reduction(vla)
+
+
+def holds_tensor(value: Any, depth: int = 3) -> bool:
+    """A tensor, or a tuple / list / dict / dataclass holding one (modules and their parameters not counted)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth == 0 or isinstance(value, torch.nn.Module):
+        return False
+    if isinstance(value, (tuple, list)):
+        return any(holds_tensor(v, depth - 1) for v in value)
+    if isinstance(value, dict):
+        return any(holds_tensor(v, depth - 1) for v in value.values())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(holds_tensor(getattr(value, f.name), depth - 1) for f in dataclasses.fields(value))
+    return False
+
+
+@pytest.mark.parametrize("setting", SITES, ids=IDS)
+def test_the_handles_hold_no_value_of_a_call(setting: dict[str, Any]) -> None:
+    """Per-call state in one place (issue 49): in a call every hook keeps what it learns in the call's record; after
+    it no part of the reduction (the site, the towers' selection, the position keeping, the pruning) holds a tensor
+    or a record of its own, and a text-only generate that follows runs as unreduced."""
+    vla = tiny()
+    inp = make_inputs(vla, batch=1)
+    ids = inp["input_ids"]
+    with torch.no_grad():
+        plain = vla.generate(ids, None, max_new_tokens=3, return_logits=True).logits
+    apply_token_reduction_to_vla(vla, **setting)
+    handle = get_token_reduction(vla, site=setting["site"])
+    try:
+        with torch.no_grad():
+            with reduction_call(vla) as call:
+                vla.generate(ids, inp["pixel_values"], max_new_tokens=3)
+            parts = [p for p in (handle, getattr(handle, "selection", None), getattr(handle, "positions", None),
+                                 getattr(handle, "pruning", None)) if p is not None]
+            assert len(parts) >= 2
+            for part in parts:
+                held = sorted(k for k, v in vars(part).items() if holds_tensor(v))
+                assert held == [], f"{type(part).__name__} holds {held} after the call"
+                assert getattr(getattr(part, "records", None), "own", None) is None, type(part).__name__
+            assert (call.kept if setting["site"] != "llm" else call.llm_kept) is not None
+            assert (call.positions if setting["site"] != "llm" else call.pruning) is not None  # it was in the record
+            after = vla.generate(ids, None, max_new_tokens=3, return_logits=True).logits
+        assert torch.equal(after, plain)
     finally:
         remove_token_reduction(vla)
 

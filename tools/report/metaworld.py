@@ -191,14 +191,20 @@ def metaworld_runs_table(src: Sources) -> str:
 def metaworld_recall_table(src: Sources) -> str:
     """docs/results/metaworld.md: which patches each selection keeps, per camera, pooled over the tasks
     (``metaworld/recall/recall.json``, ``benchmarks/metaworld_recall.py``)."""
-    from prismatic_tr.bench.vla.metaworld_recall import markdown
+    from prismatic_tr.bench.vla.metaworld_recall import attention_markdown, markdown
 
     rec = src.metaworld_recall
     if rec is None:
         return "Not measured yet: `python benchmarks/metaworld_recall.py` writes `benchmarks/results/metaworld/recall/`."
+    attention = []
+    if rec.get("attention"):
+        attention = ["", "What the unreduced policy reads there: of the action slots' attention on the visual tokens "
+                     "(mean over layers, heads and the positions the head reads), the share on each camera and on "
+                     "each label's patches, against the share of the visual tokens the label covers (area):", "",
+                     attention_markdown(rec["attention"])]
     notes = ["", f"Recall: of the patches that show the label (at least one pixel of it, from a segmentation render), "
              f"the share the setting passes to the projector, pooled over {len({r['task'] for r in rec['rows']})} "
              f"tasks x {rec['episodes_per_task']} {rec['split']} seeds x 2 observations ({rec['observations']}); "
              "tokens kept: per camera and observation, of 256. "
              f"`{rec['command']}`, the policy `{rec['vla_path']}`, {rec['dtype']}; every task's rows in the JSON."]
-    return markdown(rec) + "\n" + "\n".join(notes)
+    return markdown(rec) + "\n" + "\n".join(notes + attention)

@@ -9,6 +9,11 @@ record says which of the 2 x 256 patches reach the projector (``kept``, position
 first camera's first). Per (setting, task, camera): how many tokens the camera kept, and the recall of each label
 (labelled patches kept / labelled patches), with the labels' area. ``random`` at the same keep is the floor a
 selection that ignores content would reach.
+
+And what the policy reads there, unreduced: per (task, camera) the share of the action slots' attention on the
+visual tokens that lands on the camera and on each label's patches (:func:`label_attention`, from the layers' own
+projections, :mod:`prismatic_tr.bench.vla.oft_attention`), beside the share of the visual tokens the label covers:
+a label read more than its area is one a selection must keep.
 """
 
 from __future__ import annotations
@@ -63,11 +68,66 @@ def kept_mask(vla: torch.nn.Module, pixel_values: torch.Tensor, spec: str, patch
     return mask
 
 
+def label_attention(vla: Any, inputs: dict[str, Any], labels: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
+    """Per camera: ``camera``, the share of the action slots' attention on the visual tokens that lands on this
+    camera's tokens, and per label the share on the patches showing it; the mean over the layers, heads and the
+    positions the head reads (batch 1, no reduction attached, a causal OFT policy with a state)."""
+    from prismatic_tr.bench.vla.oft_attention import layer_attention
+
+    probs = layer_attention(vla, inputs)
+    slots, patches = vla.oft.num_action_slots, len(labels[CAMERAS[0]][LABELS[0]])
+    out = {camera: dict.fromkeys(("camera", *LABELS), 0.0) for camera in CAMERAS}
+    for p in probs:  # (H, T, T) per layer: [BOS, visual, proprio, prompt, slots, stop]
+        t = p.shape[-1]
+        read = p[:, t - slots - 2 : t - 2, 1 : 1 + len(CAMERAS) * patches]  # (H, S, visual)
+        share = (read / read.sum(-1, keepdim=True)).mean(dim=(0, 1))  # (visual,) sums to 1
+        for c, camera in enumerate(CAMERAS):
+            own = share[c * patches : (c + 1) * patches]
+            out[camera]["camera"] += float(own.sum()) / len(probs)
+            for label in LABELS:
+                out[camera][label] += float(own[torch.as_tensor(labels[camera][label])].sum()) / len(probs)
+    return out
+
+
+def attention_rows(per_task: dict[str, list[dict[str, dict[str, float]]]],
+                   patches: dict[str, list[dict[str, dict[str, int]]]]) -> list[dict[str, Any]]:
+    """One row per (task, camera) and one per camera over all tasks (``task`` "all"): the mean over the
+    observations of :func:`label_attention` (``attention_camera``, ``<label>_attention``) and of each label's share
+    of the visual tokens (``<label>_area``)."""
+    rows = []
+    for task in [*per_task, "all"]:
+        shares = [s for t in per_task for s in per_task[t]] if task == "all" else per_task[task]
+        areas = [a for t in patches for a in patches[t]] if task == "all" else patches[task]
+        for camera in CAMERAS:
+            row: dict[str, Any] = {"task": task, "camera": camera, "observations": len(shares),
+                                   "attention_camera": round(float(np.mean([s[camera]["camera"] for s in shares])), 4)}
+            for label in LABELS:
+                row[f"{label}_attention"] = round(float(np.mean([s[camera][label] for s in shares])), 4)
+                row[f"{label}_area"] = round(float(np.mean([a[camera][label] for a in areas])), 4)
+            rows.append(row)
+    return rows
+
+
+def attention_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The over-all-tasks rows of :func:`attention_rows`: per camera, the attention share and, per label, its
+    attention share against its area (both of the visual tokens)."""
+    head = ["camera", "attention on the camera", *(f"{label}: attention / area" for label in LABELS)]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for r in rows:
+        if r["task"] == "all":
+            lines.append("| " + " | ".join([r["camera"], f"{100 * r['attention_camera']:.0f} %", *(
+                f"{100 * r[f'{label}_attention']:.1f} % / {100 * r[f'{label}_area']:.1f} %" for label in LABELS)]) + " |")
+    return "\n".join(lines)
+
+
 def recall_rows(vla: Any, processor: Any, tasks: Sequence[str], episodes: int,
-                settings: Sequence[str] = SETTINGS) -> list[dict[str, Any]]:
+                settings: Sequence[str] = SETTINGS,
+                attention: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per (setting, task, camera): ``kept_tokens`` (mean per observation), per label ``<label>_patches``
     (mean labelled patches) and ``<label>_recall`` (kept labelled patches / labelled patches, pooled over the
-    observations; None where no patch showed it)."""
+    observations; None where no patch showed it). ``attention``, if given, receives per task the
+    :func:`label_attention` of each observation (``shares``) and each label's share of the visual tokens
+    (``areas``)."""
     from prismatic_tr.bench.vla.metaworld_state_use import policy_inputs
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import VALIDATION, split_seeds
@@ -78,8 +138,13 @@ def recall_rows(vla: Any, processor: Any, tasks: Sequence[str], episodes: int,
         counts: dict[tuple[str, str], dict[str, float]] = {}
         frames = 0
         for obs, labels in observations(task, seeds):
-            pixel_values = policy_inputs(vla, processor, obs)["pixel_values"]
+            inputs = policy_inputs(vla, processor, obs)
+            pixel_values = inputs["pixel_values"]
             frames += 1
+            if attention is not None:
+                attention.setdefault("shares", {}).setdefault(task, []).append(label_attention(vla, inputs, labels))
+                attention.setdefault("areas", {}).setdefault(task, []).append(
+                    {c: {label: float(labels[c][label].mean()) / len(CAMERAS) for label in LABELS} for c in CAMERAS})
             for spec in settings:
                 patches = len(labels[CAMERAS[0]][LABELS[0]])
                 kept = kept_mask(vla, pixel_values, spec, patches).reshape(len(CAMERAS), patches)
@@ -126,10 +191,12 @@ def metaworld_recall(vla_path: Path, tasks: Sequence[str], episodes: int, comman
     from prismatic_tr.models import load_vla
 
     vla, processor = load_vla(vla_path)
-    rows = recall_rows(vla, processor, tasks, episodes)
+    seen: dict[str, Any] = {}
+    rows = recall_rows(vla, processor, tasks, episodes, attention=seen)
     return {**timing_meta(command, next(vla.parameters()).dtype), "vla_path": str(vla_path), "split": "validation",
             "episodes_per_task": episodes, "observations": "the first and the one halfway along the expert's episode",
-            "cameras": list(CAMERAS), "labels": list(LABELS), "pooled": pooled(rows), "rows": rows}
+            "cameras": list(CAMERAS), "labels": list(LABELS), "pooled": pooled(rows), "rows": rows,
+            "attention": attention_rows(seen["shares"], seen["areas"])}
 
 
 def markdown(record: dict[str, Any]) -> str:

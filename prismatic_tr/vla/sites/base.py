@@ -158,10 +158,13 @@ class BackboneSlotHandle(SiteHandle):
 
         self._backbone_hook = self.backbone.register_forward_hook(after_backbone)
         if self.keeps_positions:
-            def source() -> tuple[torch.Tensor, int] | None:  # a closure, as above
+            def source() -> tuple[torch.Tensor, int] | None:  # closures, as above
                 return self._positions_of_call()
 
-            self.positions = PositionRemap(language_model(self.info), source)
+            def record() -> CallRecord | None:  # in a backward pass, the call it recomputes
+                return self.current_record() or (self.scope.backward if self.scope is not None else None)
+
+            self.positions = PositionRemap(language_model(self.info), source, record)
         self._hold_scope()
         claim_backbone_slot(self, self.count_known)
         return self

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prismatic_tr.calls import CallRecord
 from prismatic_tr.llm import LLMPruningHandle, apply_llm_pruning
 from prismatic_tr.models.family import family_of
 from prismatic_tr.vla.locate import BackboneInfo
@@ -84,8 +85,11 @@ class LLMSiteHandle(SiteHandle):
         def kept(indices: torch.Tensor) -> None:
             self._kept(indices)
 
+        def record() -> CallRecord | None:
+            return self.current_record()
+
         self.pruning = apply_llm_pruning(self.lm, self.layer, self.settings.keep_ratio, take,
-                                         self.settings.num_queries, on_kept=kept)
+                                         self.settings.num_queries, on_kept=kept, record=record)
         self.info.model.__dict__[LLM_HANDLE_ATTR] = self
         self.removed = False
         sync_config(self.info.model)

@@ -19,6 +19,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from prismatic_tr.calls import CallRecord, Records
 from prismatic_tr.reducers.config import num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer
 from prismatic_tr.vit.shared import (
@@ -46,7 +47,12 @@ class VisionSiteHandle(BackboneSlotHandle):
         if self.scorer is not None:
             self.scorer.to(next(self.towers[0].parameters()).device)
         self.selection: SharedSelectionHandle | None = None
-        self._chosen: list[torch.Tensor] = []  # this backbone forward's choices, one per image
+        # the choices of the backbone forward in flight (one per image) go into the record of the call in flight
+        # (``CallRecord.images_chosen``): the VLA's top-level call, else one per backbone forward
+        def outer() -> CallRecord | None:  # a closure: torch 2.2's dynamo cannot call a stored bound method
+            return self.current_record()
+
+        self.records = Records(outer)
         self._start_hook = None
 
     def scorer_parameters(self) -> list[nn.Parameter]:
@@ -79,9 +85,13 @@ class VisionSiteHandle(BackboneSlotHandle):
         k = self.reduced_num_patches_per_image()
         b, images = features.shape[0], features.shape[1] // k
         # the towers ran once per image (B rows each) or once on all images as n * B rows, image-major
-        rows = torch.cat(self._chosen, dim=0) if self._chosen else features.new_zeros(0, k, dtype=torch.long)
+        record = self.records.current()
+        done = record.images_chosen if record is not None else []
+        rows = torch.cat(done, dim=0) if done else features.new_zeros(0, k, dtype=torch.long)
         chosen = list(rows[rows.shape[0] - images * b :].split(b)) if rows.shape[0] >= images * b else []
-        self._chosen.clear()
+        if record is not None:
+            record.images_chosen = []
+        self.records.end()
         if len(chosen) != images or features.shape[1] != images * k:
             raise ValueError(f"the vision backbone returned {features.shape[1]} tokens per sample but its towers "
                              f"chose {rows.shape[0] // max(b, 1)} image(s) of {k} patches in this forward")
@@ -92,18 +102,24 @@ class VisionSiteHandle(BackboneSlotHandle):
     def _attach_site(self) -> None:
         s = self.settings
 
-        def on_select(indices: torch.Tensor) -> None:  # a closure: torch 2.2's dynamo cannot call list.append
-            if len(self._chosen) >= MAX_IMAGES:  # towers run by hand, never through the backbone: stay bounded
-                del self._chosen[0]
-            self._chosen.append(indices)  # bound as a hook argument
+        def on_select(indices: torch.Tensor) -> None:  # a closure: torch 2.2's dynamo cannot call a bound
+            record = self.records.current()              # list.append handed over as a hook argument
+            if record is None:  # the towers run by hand (backbone.forward), outside any call
+                record = self.records.begin()
+            if len(record.images_chosen) >= MAX_IMAGES:  # towers run by hand, never through the backbone: bounded
+                del record.images_chosen[0]
+            record.images_chosen.append(indices)
 
         def start(module: nn.Module, args: tuple) -> None:  # nothing of an earlier (failed) forward is read
-            self._chosen.clear()
+            self.records.begin().images_chosen = []
+
+        def record() -> CallRecord | None:  # a closure, as above
+            return self.records.current()
 
         self._start_hook = self.backbone.register_forward_pre_hook(start)
 
         self.selection = apply_shared_selection(self.towers, s.depth_fraction, s.keep_ratio, s.method,
-                                                on_select=on_select, seed=s.seed, scorer=self.scorer)
+                                                on_select=on_select, seed=s.seed, scorer=self.scorer, record=record)
 
     def reseed(self) -> None:
         """Restart a random selection's draws from the settings' seed."""
@@ -113,4 +129,4 @@ class VisionSiteHandle(BackboneSlotHandle):
     def _remove_site(self) -> None:
         self.selection.remove()
         self._start_hook.remove()
-        self._chosen.clear()
+        self.records.end()
