@@ -377,15 +377,21 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
     onpolicy = {**finetune, "config": {"max_steps": 300, "onpolicy_episodes": 40}}
     lines = metaworld.metaworld_table(SimpleNamespace(
         metaworld_tables={"newer": [table], base: [table]},
-        metaworld_finetunes={base: [finetune, onpolicy]})).splitlines()
+        metaworld_finetunes={base: [finetune, onpolicy]}, shipped_adapters={})).splitlines()
     assert len(lines) == 2 + 2 + 2 + 2 + 1 + 7 and lines[-1].startswith(cells.ADAPTER_MARK)
     assert "| newer |" in lines[3] and "| the policy |" in lines[5]   # each policy's fine-tunes after its rows
     assert lines[6] == (f"| `diverse:0.1` | {base}, fine-tuned with it: 600 steps on the expert's demonstrations, "
                         "step 600 chosen on validation | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | "
                         "1.37x" + cells.ADAPTER_MARK + " |")
     assert "300 steps on on-policy episodes (40 a task, labelled by the policy unreduced)" in lines[7]
-    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes={}))
+    plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes={},
+                                                      shipped_adapters={}))
     assert cells.ADAPTER_MARK not in plain and len(plain.splitlines()) == 2 + 2 + 4
+    other = {**onpolicy, "selection": {"chosen": "/d/step_300", "candidates": [{"step": 300, "checkpoint": "/d/step_300"}]}}
+    shipped = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes={
+        base: [finetune, other]}, shipped_adapters={"/c/step_600": "mw-adapter"})).splitlines()
+    assert "step 600 chosen on validation, shipped as `mw-adapter` |" in shipped[4]  # the adapter made from it
+    assert "shipped as" not in shipped[5]                                             # chose no shipped checkpoint
 
 
 def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(
@@ -404,7 +410,7 @@ def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(
               "selection": {"episodes_per_task": 0, "rule": LAST, "candidates": ["/c/step_300"]},
               "evaluation": {"test": {"tasks": {"reach-v3": task}, "mean_success_rate": 0.8}}}
     src = SimpleNamespace(metaworld_tables={"the policy": [table]}, metaworld_finetunes={"the policy": [second]},
-                          metaworld_runs=[])
+                          metaworld_runs=[], shipped_adapters={})
     row = metaworld.metaworld_table(src).splitlines()[4]
     assert "on-policy episodes of the first round's fine-tune (20 a task)" in row and "a second round from it" in row
     assert "the last step's checkpoint (no choice)" in row

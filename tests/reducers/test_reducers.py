@@ -15,7 +15,7 @@ from prismatic_tr.reducers.strategies.diverse import max_min_order
 
 GREEDY = ["diverse", "salient_diverse"]  # K steps of max-min selection
 SELECTING = ["topk_magnitude", "attention_score", "random", "saliency", *GREEDY]
-METHODS = SELECTING + ["spatial_pool"]
+METHODS = SELECTING + ["spatial_pool", "diverse_merge"]
 # (batch, patch tokens, channels, prefix tokens)
 SHAPES = [(1, 256, 2176, 0), (2, 256, 1152, 0), (3, 196, 32, 1), (2, 64, 16, 5)]
 RATIOS = [0.1, 0.25, 0.5, 0.75]
@@ -100,6 +100,9 @@ def test_gradients_flow_to_kept_features(method):
     if method in SELECTING:
         kept = torch.zeros(2, 64, dtype=torch.bool).scatter_(1, res.indices, True)
         assert bool((grad[:, 1:][kept] == 1).all()) and bool((grad[:, 1:][~kept] == 0).all())
+    elif method == "diverse_merge":  # every token is in one output's mean: 1 / its group's size, K in all
+        assert bool((grad[:, 1:] > 0).all())
+        torch.testing.assert_close(grad[:, 1:, 0].sum(1), torch.full((2,), float(res.indices.shape[1])))
     else:
         assert torch.allclose(grad[:, 1:], torch.full_like(grad[:, 1:], 0.25))
 
@@ -181,7 +184,8 @@ def test_bad_shapes_say_what_is_wrong():
 # The greedy ones: saliency (7) for the first pick, a normalisation, then per step an index, one write, one bmm and
 # a few elementwise ops and an argmax (<= 9) for each of the K - 1 = 127 picks after the first.
 OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 9, "random": 12 + 6,
-             "saliency": 8 + 6, "diverse": 17 + 9 * 127 + 6, "salient_diverse": 17 + 9 * 127 + 6}
+             "saliency": 8 + 6, "diverse": 17 + 9 * 127 + 6, "salient_diverse": 17 + 9 * 127 + 6,
+             "diverse_merge": 17 + 9 * 127 + 6 + 16}  # diverse, then the merge: normalise, bmm, argmax, 2 scatter-adds
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -305,3 +309,24 @@ def test_random_seeds_differ_and_strategy_runs_alone():
 
     direct = get_strategy("random").reduce(x, ReducerConfig(method="random", keep_ratio=0.25, seed=0), None)
     assert torch.equal(direct.indices, a), "no key: the first draw of cfg.seed"
+
+
+def test_diverse_merge_keeps_diverses_cover_and_averages_each_group():
+    """The kept patches are diverse's; each output token is the mean of the tokens nearest to it (cosine, a kept
+    token always its own), so the groups partition the input and the weighted outputs sum to the input's sum."""
+    from prismatic_tr.reducers.strategies.diverse_merge import merge_into
+
+    x = features(2, 64, 16, 0)
+    got = make("diverse_merge", 0.25).reduce(x)
+    want = make("diverse", 0.25).reduce(x)
+    assert torch.equal(got.indices, want.indices) and got.positions is None
+    for b in range(2):
+        idx = got.indices[b]
+        unit = F.normalize(x[b], dim=-1)
+        owner = (unit @ unit[idx].T).argmax(dim=-1)
+        owner[idx] = torch.arange(len(idx))
+        for j in range(len(idx)):
+            torch.testing.assert_close(got.tokens[b, j], x[b][owner == j].mean(0))
+    same = torch.cat([x[:, :1], x[:, :1], x[:, 2:]], dim=1)  # tokens 0 and 1 alike: a kept one stays its own
+    merged = merge_into(same, torch.tensor([[0, 1, 5]]).expand(2, -1))
+    torch.testing.assert_close(merged[:, 1], same[:, 1])

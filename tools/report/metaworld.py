@@ -71,7 +71,7 @@ def metaworld_table(src: Sources) -> str:
         training_free = {r["setting"]: r for p, m, r in runs if m == "none" and p == policy}
         for f in src.metaworld_finetunes.get(policy, []):
             test, base = f["evaluation"]["test"], training_free.get(f["setting"])
-            rows.append([f"`{f['setting']}`", f"{policy}, fine-tuned with it: {_finetune_words(f)}",
+            rows.append([f"`{f['setting']}`", f"{policy}, fine-tuned with it: {_finetune_words(f)}{_shipped(src, f)}",
                          tokens(base) if base else "-", *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
                          mean(sum(test["tasks"][t]["successes"] for t in tasks),
                               sum(test["tasks"][t]["episodes"] for t in tasks)),
@@ -90,6 +90,12 @@ def metaworld_table(src: Sources) -> str:
     if finetuned:
         notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
     return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
+
+
+def _shipped(src: Sources, record: dict[str, Any]) -> str:
+    """``, shipped as `name``` when a shipped adapter was made from this fine-tune's chosen checkpoint, else ""."""
+    name = src.shipped_adapters.get(record["selection"].get("chosen", ""))
+    return f", shipped as `{name}`" if name else ""
 
 
 def _finetune_words(record: dict[str, Any]) -> str:
@@ -174,7 +180,7 @@ def metaworld_runs_table(src: Sources) -> str:
                  + (", second round" if _second_round(f["config"]) else "")
                  + (f", {_aggregated(f)} of the first aggregated" if _aggregated(f) else "") + ")"
                  if f["config"].get("onpolicy_episodes") else "")
-              + (f", LoRA rank {f['config']['lora_rank']}" if f["config"].get("lora_rank") else ""),
+              + (f", LoRA rank {f['config']['lora_rank']}" if f["config"].get("lora_rank") else "") + _shipped(src, f),
               _mw_validation(f, ()), _mw_test(f), _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")]
              for policy, finetunes in src.metaworld_finetunes.items() for f in finetunes]
     header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",

@@ -131,6 +131,7 @@ class Sources:
     metaworld_runs: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]  # METAWORLD_RUNS read, in order
     commands: list[dict[str, Any]]  # commands/*.json: the README's two commands timed on fresh clones
     metaworld_recall: dict[str, Any] | None  # metaworld/recall/recall.json (None: not measured)
+    shipped_adapters: dict[str, str]  # the checkpoint each shipped adapter was made from -> the adapter's name
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -161,7 +162,8 @@ class Sources:
                    metaworld_runs=[(read_json(root / rec) if rec else None, [read_json(root / p) for p in parts])
                                    for _, rec, parts in METAWORLD_RUNS],
                    commands=[read_json(p) for p in command_timing_files(root)],
-                   metaworld_recall=read_json(root / METAWORLD_RECALL) if (root / METAWORLD_RECALL).is_file() else None)
+                   metaworld_recall=read_json(root / METAWORLD_RECALL) if (root / METAWORLD_RECALL).is_file() else None,
+                   shipped_adapters=shipped_adapters(root))
 
 
 def source_files(root: Path = ROOT) -> list[Path]:
@@ -181,7 +183,7 @@ def source_files(root: Path = ROOT) -> list[Path]:
     found += [p for run in sorted(runs) for p in sorted((root / FINETUNE / run).glob("eval_test*.json"))]
     found += [f for kind in OFT_POLICY for f in oft_policy_files(root, kind)]
     found += metaworld_table_files(root) + metaworld_finetune_files(root) + serve_report_files(root)
-    found += command_timing_files(root) + [root / METAWORLD_RECALL]
+    found += command_timing_files(root) + [root / METAWORLD_RECALL] + sorted((root / ADAPTERS).glob("*/record.json"))
     return list(dict.fromkeys(p for p in found if p.is_file()))
 
 
@@ -248,6 +250,13 @@ def metaworld_finetune_files(root: Path, folder: Path | None = None) -> list[Pat
     if folder is None:
         return [p for f in METAWORLD_TABLE_SETS.values() for p in metaworld_finetune_files(root, f)]
     return sorted((root / folder).glob(METAWORLD_FINETUNES))
+
+
+def shipped_adapters(root: Path) -> dict[str, str]:
+    """``{source checkpoint: adapter name}`` of every adapter under ``prismatic_tr/assets/adapters`` (its
+    ``record.json``): which fine-tuning run's choice each shipped adapter is."""
+    records = {p.parent.name: json.loads(p.read_text()) for p in sorted((root / ADAPTERS).glob("*/record.json"))}
+    return {r["source_checkpoint"]: name for name, r in records.items() if r.get("source_checkpoint")}
 
 
 def _oft_adapter_names(root: Path) -> list[str]:

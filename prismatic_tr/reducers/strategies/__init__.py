@@ -3,10 +3,11 @@
 from prismatic_tr.reducers.strategies import (
     attention_score,
     diverse,
+    diverse_merge,
     random_select,
     saliency,
     spatial_pool,
     topk_magnitude,
 )
 
-__all__ = ["attention_score", "diverse", "random_select", "saliency", "spatial_pool", "topk_magnitude"]
+__all__ = ["attention_score", "diverse", "diverse_merge", "random_select", "saliency", "spatial_pool", "topk_magnitude"]

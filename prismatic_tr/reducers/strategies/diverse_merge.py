@@ -1,0 +1,52 @@
+"""``diverse_merge``: keep the tokens ``diverse`` keeps, each the mean of the tokens nearest to it.
+
+``diverse`` drops N - K tokens outright. Here every dropped token is folded into the kept token nearest to it in
+cosine similarity (each kept token is its own nearest), and a kept token becomes the mean of the tokens so
+assigned to it: the K tokens then stand for all N, a region of look-alike background as one token that carries
+the region's mean feature rather than one of its patches. The idea of merging similar tokens instead of dropping
+them is token merging's (ToMe, Bolya et al., ICLR 2023); ToMe merges by bipartite matching inside a ViT's blocks,
+this keeps DivPrune's max-min cover and only averages into it. Written here from those descriptions, no code taken.
+
+Each output token sits at its kept patch's position (the cover's representative), not at the mean of the patches
+it averages: those can lie anywhere in the image. Static shapes (one (B, N, K) similarity, two scatter-adds), no
+host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
+from prismatic_tr.reducers.registry import register_strategy
+from prismatic_tr.reducers.strategies.diverse import max_min_order
+from prismatic_tr.reducers.strategies.selection import count_by_ratio
+from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
+
+
+def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(B, N, D) tokens, (B, K) kept indices -> (B, K, D): each kept token the mean of the tokens whose nearest kept
+    token (cosine similarity; ties to the lower kept index) it is, itself included; in ``patches``' dtype."""
+    x = torch.nn.functional.normalize(patches.float(), dim=-1)
+    kept = gather_rows(x, idx)                                       # (B, K, D)
+    sim = torch.bmm(x, kept.transpose(1, 2))                         # (B, N, K)
+    owner = sim.argmax(dim=-1)                                       # (B, N) in 0 .. K - 1
+    own = torch.arange(idx.shape[1], device=idx.device).expand_as(idx)
+    owner = owner.scatter(1, idx, own)  # a kept token is its own, also where another kept one looks the same
+    b, n, d = patches.shape
+    sums = patches.new_zeros(b, idx.shape[1], d, dtype=torch.float32)
+    sums = sums.scatter_add(1, owner.unsqueeze(-1).expand(b, n, d), patches.float())
+    counts = patches.new_zeros(b, idx.shape[1], dtype=torch.float32).scatter_add(
+        1, owner, torch.ones(b, n, dtype=torch.float32, device=patches.device))
+    return (sums / counts.unsqueeze(-1)).to(patches.dtype)
+
+
+@register_strategy("diverse_merge", count=count_by_ratio)
+def reduce_diverse_merge(
+    patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None = None
+) -> ReductionOutput:
+    """(B, N, D) -> (B, K, D): ``diverse``'s K tokens (:func:`max_min_order`), in spatial order, each merged with
+    the dropped tokens nearest to it (:func:`merge_into`); ``indices`` the kept patches, which are also the output
+    tokens' positions."""
+    k = count_by_ratio(patches.shape[1], cfg)
+    idx = top_indices(max_min_order(patches, k), k)
+    return ReductionOutput(merge_into(patches, idx), idx)
