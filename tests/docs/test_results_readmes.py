@@ -57,3 +57,36 @@ def test_every_fine_tuning_test_figure_names_its_checkpoint() -> None:
         if chosen.is_file():  # the test of the chosen checkpoint is the one chosen.txt names
             step = int(re.search(r"step_(\d+)", chosen.read_text()).group(1))
             assert f"chosen, step {step}" in run["tests"], (run["name"], list(run["tests"]))
+
+
+def test_the_metaworld_pages_prose_figures_equal_their_files() -> None:
+    """The figures docs/results/metaworld.md states in prose about the 2026-11-28 runs (outside the generated
+    tables) are recomputed from the files they come from: the merge comparison, the longer adapter run and the
+    slots' attention shares."""
+    import json
+
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+    shipped = RESULTS / "metaworld" / "shipped"
+    merge = {r["setting"]: r for r in json.loads((shipped / "validation_merge" / "results.json").read_text())["records"]}
+    pct = {s: round(100 * r["successes"] / r["episodes"]) for s, r in merge.items()}
+    assert all(r["episodes"] == 100 for r in merge.values())
+    assert (f"{pct['diverse_merge:0.25']} % against {pct['diverse:0.25']} % at keep 0.25, {pct['diverse_merge:0.1']} % "
+            f"against {pct['diverse:0.1']} % at keep 0.1 (100 episodes each, unreduced {pct['none']} %)") in page
+    longer = json.loads((shipped / "finetune_projector-0.1-onpolicy-lora-1500steps" / "evaluation.json").read_text())
+    best = max(c["successes"] for c in longer["selection"]["candidates"])
+    test = longer["evaluation"]["test"]["tasks"]
+    rate = 100 * sum(t["successes"] for t in test.values()) / sum(t["episodes"] for t in test.values())
+    assert f"reached {best} of 100 validation episodes at best" in page and not longer["selection"]["reach_floor"]
+    assert f"its test, reported only, {rate:.1f} %: reach falls to {100 * test['reach-v3']['success_rate']:.0f} %" in page
+    shipped_run = json.loads((shipped / "finetune_projector-0.1-onpolicy-lora" / "evaluation.json").read_text())
+    chosen = shipped_run["selection"]["chosen"]
+    assert f"against the shipped adapter's {next(c['successes'] for c in shipped_run['selection']['candidates'] if c['checkpoint'] == chosen)}" in page
+    attention = {r["camera"]: r for r in json.loads((RESULTS / "metaworld" / "recall" / "recall.json").read_text())[
+        "attention"] if r["task"] == "all"}
+    corner = attention["corner3"]
+    assert f"(object {100 * corner['object_attention']:.1f} % of {100 * corner['object_area']:.1f} %)" in page
+    labelled = sum(r[f"{label}_attention"] for r in attention.values() for label in ("object", "goal", "gripper"))
+    assert f"about two thirds ({100 * (1 - labelled):.0f} %)" in page
+    wrist = attention["gripperPOV"]
+    lifts = sorted(wrist[f"{label}_attention"] / wrist[f"{label}_area"] for label in ("object", "gripper"))
+    assert f"get {lifts[0]:.1f}-{lifts[1]:.0f} times their area" in page
