@@ -40,7 +40,7 @@ def camera_budgets(fractions: list[float]) -> Iterator[None]:
     def output_tokens(self: PerImageReducer, num_tokens: int) -> int:
         return sum(counts(self.layout.patches))
 
-    def reduce(self: PerImageReducer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def reduce(self: PerImageReducer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         if self.layout.num_images != len(fractions):
             raise ValueError(f"--budgets has {len(fractions)} fractions; the backbone encodes "
                              f"{self.layout.num_images} images")
@@ -51,7 +51,7 @@ def camera_budgets(fractions: list[float]) -> Iterator[None]:
             kept = max_min_order(image, k).topk(k, dim=1).indices.sort(dim=1).values  # (B, k), in spatial order
             tokens.append(torch.gather(image, 1, kept[..., None].expand(-1, -1, d)))
             positions.append(kept + i * p)
-        return torch.cat(tokens, dim=1), torch.cat(positions, dim=1)
+        return torch.cat(tokens, dim=1), torch.cat(positions, dim=1), None  # None: each token one patch
 
     saved = PerImageReducer.output_tokens, PerImageReducer.reduce
     PerImageReducer.output_tokens, PerImageReducer.reduce = output_tokens, reduce

@@ -35,6 +35,9 @@ class CallRecord:
         num_original: N, the unreduced visual tokens per sample.
         num_visual: K, the visual tokens the projector put out (the ``llm`` site's window).
         llm_kept: (B, n) visual tokens (among K) the ``llm`` site kept in this call's prefill.
+        sizes: (B, K) float how many unreduced tokens each visual token stands for, when the site merged them
+            (``diverse_merge``), else None; read by every language-model call of this call (proportional
+            attention, :mod:`prismatic_tr.llm.sizes`).
     Kept by the hooks during the call:
         towers_chosen: (B, n) patch indices the scoring tower of a shared selection chose in the pass of the towers
             in flight, for the other towers of that pass (:mod:`prismatic_tr.vit.shared`); ``towers_gate`` (B, n):
@@ -44,6 +47,8 @@ class CallRecord:
         positions: ``(kept, num_original)`` the rotary embeddings apply from this call's fresh language-model call
             on, through its decode steps (:mod:`prismatic_tr.llm.rope`), or None (ordinary positions).
         pruning: the ``llm`` site's pruned sequence (:class:`prismatic_tr.llm.patch.PrunedSequence`), or None.
+        size_extent: ``(past, length)`` of the language-model call in flight while ``sizes`` are set: positions
+            cached before it (None: unknown) and positions fed (:mod:`prismatic_tr.llm.sizes`).
     """
 
     kept: torch.Tensor | None = None
@@ -57,10 +62,14 @@ class CallRecord:
     images_chosen: list[torch.Tensor] = field(default_factory=list)
     positions: tuple[torch.Tensor, int] | None = None
     pruning: Any = None
+    sizes: torch.Tensor | None = None
+    size_extent: tuple[int | None, int] = (0, 0)
 
-    def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
-        """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``."""
+    def hand_on(self, kept: torch.Tensor, num_original: int, sizes: torch.Tensor | None = None) -> None:
+        """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original`` and stand
+        for ``sizes`` (B, K) unreduced ones each (None: one each)."""
         self.kept, self.num_original, self.positions_taken = kept, int(num_original), False
+        self.sizes = sizes
 
     def take_positions(self) -> tuple[torch.Tensor, int] | None:
         """For the call's first fresh language-model call: ``(kept, num_original)``, once; later calls get None."""

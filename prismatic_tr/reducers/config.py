@@ -60,11 +60,15 @@ class ReductionOutput(NamedTuple):
     positions: (B, K) float32 position of each output token among the input patches when it stands for several
              (``spatial_pool``: see ``pool_position``), None when every output token is one input patch
              (``indices`` are then the positions).
+    sizes:   (B, K) float32 how many input patches each output token stands for, when the strategy merges them
+             into it (``diverse_merge``): the language model weighs such a token that many times in attention
+             (proportional attention, :mod:`prismatic_tr.llm.sizes`); None when each output token counts as one.
     """
 
     tokens: torch.Tensor
     indices: torch.Tensor
     positions: torch.Tensor | None = None
+    sizes: torch.Tensor | None = None
 
 
 @dataclass

@@ -48,6 +48,9 @@ class Strategy:
     :class:`~prismatic_tr.reducers.TokenReducer` gathers prefix and kept tokens in one ``gather`` from the
     unsliced input instead of slicing, reducing and concatenating (torch 2.2's inductor miscompiles a
     gather from a sliced tensor that feeds a ``cat``: "index out of bounds" aborts the process).
+
+    ``merges``: each output token stands for several input tokens and ``reduce`` says how many
+    (``ReductionOutput.sizes``); a site before a language model then weighs them so in attention.
     """
 
     name: str
@@ -56,6 +59,7 @@ class Strategy:
     uses_generator: bool = False
     uses_key: bool = False
     score: ScoreFn | None = None
+    merges: bool = False
 
 
 _STRATEGIES: dict[str, Strategy] = {}
@@ -63,7 +67,7 @@ _STRATEGIES: dict[str, Strategy] = {}
 
 def register_strategy(
     name: str, count: Callable[[int, ReducerConfig], int], uses_generator: bool = False, uses_key: bool = False,
-    score: ScoreFn | None = None,
+    score: ScoreFn | None = None, merges: bool = False,
 ) -> Callable[[ReduceFn], ReduceFn]:
     """Decorator: register ``fn`` as the reduce function of strategy ``name`` (see :class:`Strategy`)."""
     if uses_generator and uses_key:
@@ -72,7 +76,7 @@ def register_strategy(
     def deco(fn: ReduceFn) -> ReduceFn:
         if name in _STRATEGIES:
             raise ValueError(f"reduction strategy {name!r} is already registered")
-        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator, uses_key, score)
+        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator, uses_key, score, merges)
         return fn
 
     return deco

@@ -87,7 +87,7 @@ class TokenReducer(nn.Module):
             return ReductionOutput(gather_rows(x, idx, p), idx)
         out = self.strategy.reduce(patches, self.cfg, rng)
         tokens = torch.cat([x[:, :p], out.tokens], dim=1) if p else out.tokens
-        return ReductionOutput(tokens, out.indices, out.positions)
+        return ReductionOutput(tokens, out.indices, out.positions, out.sizes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, P + N, D) -> (B, P + K, D). What was kept is returned by :meth:`reduce`; nothing is stored."""

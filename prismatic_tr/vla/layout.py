@@ -117,9 +117,20 @@ class PerImageReducer(nn.Module):
         prefix = torch.arange(lay.prefix, device=kept.device, dtype=kept.dtype).expand(b, -1)
         return torch.cat([prefix, kept], dim=1)
 
-    def reduce(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, N, D) -> the reduced tokens (B, N', D) and where each sits among the N (B, N'), see
-        :meth:`kept_positions`."""
+    def token_sizes(self, out: ReductionOutput) -> torch.Tensor | None:
+        """(B, N') how many input tokens each output token of ``out`` stands for (prefix tokens 1), float32, when
+        the reducer merges (``out.sizes``); None when each stands for one."""
+        if out.sizes is None:
+            return None
+        lay = self.layout
+        sizes = out.sizes.reshape(out.sizes.shape[0] // lay.num_images, -1)
+        if not lay.prefix:
+            return sizes
+        return torch.cat([sizes.new_ones(sizes.shape[0], lay.prefix), sizes], dim=1)
+
+    def reduce(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(B, N, D) -> the reduced tokens (B, N', D), where each sits among the N (B, N') (see
+        :meth:`kept_positions`) and how many each stands for (B, N') or None (:meth:`token_sizes`)."""
         if x.dim() != 3 or x.shape[1] != self.layout.num_tokens:
             raise ValueError(
                 f"expected features of shape (B, {self.layout.num_tokens}, D) for {self.layout}, got {tuple(x.shape)}"
@@ -127,7 +138,8 @@ class PerImageReducer(nn.Module):
         n = self.layout.num_images
         b, _, d = x.shape
         out = self.reducer.reduce(x if n == 1 else x.reshape(b * n, self.layout.patches, d))
-        return (out.tokens if n == 1 else out.tokens.reshape(b, -1, d)), self.kept_positions(out)
+        tokens = out.tokens if n == 1 else out.tokens.reshape(b, -1, d)
+        return tokens, self.kept_positions(out), self.token_sizes(out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, D) -> (B, N', D): each image reduced by ``reducer``, results concatenated in image order."""

@@ -31,6 +31,7 @@ from typing import Any
 from prismatic_tr.reducers import ReducerConfig
 from prismatic_tr.reducers.config import check_fraction
 from prismatic_tr.reducers.learned import LEARNED, check_scorer_values
+from prismatic_tr.reducers.registry import get_strategy
 from prismatic_tr.vit.shared import scorings
 
 CONFIG_KEY = "token_reduction"
@@ -114,6 +115,11 @@ class Setting:
         if any(p.also or p.is_baseline for p in self.also) or len(set(sites)) != len(sites) \
                 or {"projector", "vision"} <= set(sites):
             raise ValueError(f"sites {sites} cannot be combined; combine the llm site with one of projector / vision")
+        merging = [p.method for p in self.parts if p.site == "projector" and get_strategy(p.method).merges]
+        if merging and "llm" in sites:
+            raise ValueError(f"method {merging[0]!r} weighs its merged tokens in the language model's attention "
+                             "(proportional attention) and cannot be combined with the llm site, which drops some of "
+                             "them there; use a selecting method with the llm site")
 
     def _check_site(self) -> None:
         if self.site not in SITES:

@@ -90,3 +90,40 @@ def test_the_metaworld_pages_prose_figures_equal_their_files() -> None:
     wrist = attention["gripperPOV"]
     lifts = sorted(wrist[f"{label}_attention"] / wrist[f"{label}_area"] for label in ("object", "gripper"))
     assert f"get {lifts[0]:.1f}-{lifts[1]:.0f} times their area" in page
+
+
+def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() -> None:
+    """The prose figures of ``diverse_merge`` with proportional attention on docs/results/metaworld.md (validation,
+    test and speed) are recomputed from the files they come from."""
+    import json
+
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+    shipped = RESULTS / "metaworld" / "shipped"
+
+    def records(path: Path) -> dict:
+        return {r["setting"]: r for r in json.loads(path.read_text())["records"]}
+
+    val, test = records(shipped / "validation_proportional" / "results.json"), records(shipped / "table" / "results.json")
+    keeps = ("0.5", "0.25", "0.1")
+    chosen = " / ".join(f"{100 * val['diverse_merge:' + k]['successes'] / val['diverse_merge:' + k]['episodes']:.0f}"
+                        for k in keeps)
+    assert f"Chosen on validation ({chosen} % at keep 0.5 / 0.25 / 0.1 against {val['none']['successes']} %" in page
+
+    def rate(s: str) -> float:
+        return 100 * test[s]["successes"] / test[s]["episodes"]
+
+    merged = " / ".join(f"{rate('diverse_merge:' + k):.1f}" for k in keeps)
+    under = " / ".join(f"{rate('none') - rate('diverse_merge:' + k):.1f}" for k in keeps)
+    plain = " / ".join(f"{rate('diverse:' + k):.1f}" for k in keeps)
+    assert (f"on the test split {merged} % against {rate('none'):.1f} % unreduced ({under} points under it; "
+            f"`diverse` {plain} %)") in page
+    speed = shipped / "speed_merge"
+    readme = " ".join((speed / "README.md").read_text().split())
+    for name, column in (("policy", 0), ("cpu-bench-oft", 1)):
+        for setting, r in records(speed / name / "results.json").items():
+            if setting == "none":
+                continue
+            cell = f"{r['predict_action_speedup']:.2f}x" + (" (noisy)" if r.get("noise_flag") else "") + \
+                (" (slower)" if r["predict_action_speedup"] < 1 else "")
+            row = re.search(rf"\| `{re.escape(setting)}` \|([^|]*)\|([^|]*)\|", readme)
+            assert row and row.group(1 + column).strip() == cell, (name, setting, cell, row and row.group(0))

@@ -219,7 +219,7 @@ def test_compiles_fullgraph_and_matches_eager(method):
     compiled.reseed()
     fn = torch.compile(compiled.reduce, fullgraph=True, backend=COMPILE_BACKEND)
     for _ in range(2):  # random: a fresh draw per call, the same one as eager's
-        (out, idx, _), (ref, ref_idx, _) = fn(x), eager.reduce(x)
+        (out, idx, *_), (ref, ref_idx, *_) = fn(x), eager.reduce(x)
         assert torch.equal(idx, ref_idx)
         if method in SELECTING:
             assert torch.equal(out, ref), "selected rows are copied exactly"
@@ -314,13 +314,15 @@ def test_random_seeds_differ_and_strategy_runs_alone():
 
 def test_diverse_merge_keeps_diverses_cover_and_averages_each_group():
     """The kept patches are diverse's; each output token is the mean of the tokens nearest to it (cosine, a kept
-    token always its own), so the groups partition the input and the weighted outputs sum to the input's sum."""
+    token always its own), so the groups partition the input and the weighted outputs sum to the input's sum; each
+    output's size is its group's."""
     from prismatic_tr.reducers.strategies.diverse_merge import merge_into
 
     x = features(2, 64, 16, 0)
     got = make("diverse_merge", 0.25).reduce(x)
     want = make("diverse", 0.25).reduce(x)
-    assert torch.equal(got.indices, want.indices) and got.positions is None
+    assert torch.equal(got.indices, want.indices) and got.positions is None and want.sizes is None
+    assert torch.equal(got.sizes.sum(dim=1), torch.full((2,), 64.0))
     for b in range(2):
         idx = got.indices[b]
         unit = F.normalize(x[b], dim=-1)
@@ -328,6 +330,8 @@ def test_diverse_merge_keeps_diverses_cover_and_averages_each_group():
         owner[idx] = torch.arange(len(idx))
         for j in range(len(idx)):
             torch.testing.assert_close(got.tokens[b, j], x[b][owner == j].mean(0))
+            assert got.sizes[b, j] == (owner == j).sum()
     same = torch.cat([x[:, :1], x[:, :1], x[:, 2:]], dim=1)  # tokens 0 and 1 alike: a kept one stays its own
-    merged = merge_into(same, torch.tensor([[0, 1, 5]]).expand(2, -1))
+    merged, sizes = merge_into(same, torch.tensor([[0, 1, 5]]).expand(2, -1))
     torch.testing.assert_close(merged[:, 1], same[:, 1])
+    assert (sizes >= 1).all()

@@ -7,6 +7,10 @@ the region's mean feature rather than one of its patches. The idea of merging si
 them is token merging's (ToMe, Bolya et al., ICLR 2023); ToMe merges by bipartite matching inside a ViT's blocks,
 this keeps DivPrune's max-min cover and only averages into it. Written here from those descriptions, no code taken.
 
+Each kept token's group size goes with it (``ReductionOutput.sizes``): the language model then weighs a token
+that stands for n patches n times in attention (ToMe's proportional attention, :mod:`prismatic_tr.llm.sizes`),
+so that a merged region draws the attention its patches drew together.
+
 Each output token sits at its kept patch's position (the cover's representative), not at the mean of the patches
 it averages: those can lie anywhere in the image. Static shapes (one (B, N, K) similarity, two scatter-adds), no
 host sync.
@@ -23,9 +27,10 @@ from prismatic_tr.reducers.strategies.selection import count_by_ratio
 from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
 
 
-def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """(B, N, D) tokens, (B, K) kept indices -> (B, K, D): each kept token the mean of the tokens whose nearest kept
-    token (cosine similarity; ties to the lower kept index) it is, itself included; in ``patches``' dtype."""
+def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) tokens, (B, K) kept indices -> (B, K, D) each kept token the mean of the tokens whose nearest kept
+    token (cosine similarity; ties to the lower kept index) it is, itself included, in ``patches``' dtype; and
+    (B, K) float32 how many tokens each mean is of (>= 1, summing to N)."""
     x = torch.nn.functional.normalize(patches.float(), dim=-1)
     kept = gather_rows(x, idx)                                       # (B, K, D)
     sim = torch.bmm(x, kept.transpose(1, 2))                         # (B, N, K)
@@ -37,16 +42,17 @@ def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     sums = sums.scatter_add(1, owner.unsqueeze(-1).expand(b, n, d), patches.float())
     counts = patches.new_zeros(b, idx.shape[1], dtype=torch.float32).scatter_add(
         1, owner, torch.ones(b, n, dtype=torch.float32, device=patches.device))
-    return (sums / counts.unsqueeze(-1)).to(patches.dtype)
+    return (sums / counts.unsqueeze(-1)).to(patches.dtype), counts
 
 
-@register_strategy("diverse_merge", count=count_by_ratio)
+@register_strategy("diverse_merge", count=count_by_ratio, merges=True)
 def reduce_diverse_merge(
     patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None = None
 ) -> ReductionOutput:
     """(B, N, D) -> (B, K, D): ``diverse``'s K tokens (:func:`max_min_order`), in spatial order, each merged with
     the dropped tokens nearest to it (:func:`merge_into`); ``indices`` the kept patches, which are also the output
-    tokens' positions."""
+    tokens' positions; ``sizes`` the group sizes."""
     k = count_by_ratio(patches.shape[1], cfg)
     idx = top_indices(max_min_order(patches, k), k)
-    return ReductionOutput(merge_into(patches, idx), idx)
+    tokens, sizes = merge_into(patches, idx)
+    return ReductionOutput(tokens, idx, sizes=sizes)

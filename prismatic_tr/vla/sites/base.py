@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from prismatic_tr.llm.rope import PositionRemap
+from prismatic_tr.llm.sizes import ProportionalAttention
 from prismatic_tr.models.wrappers import innermost_vla
 from prismatic_tr.vla.locate import BackboneInfo, images_in_input
 from prismatic_tr.vla.registry import claim_backbone_slot, release_backbone_slot
@@ -106,6 +107,10 @@ class BackboneSlotHandle(SiteHandle):
     def __init__(self, info: BackboneInfo, settings: Setting) -> None:
         super().__init__(info, settings)
         self.positions: PositionRemap | None = None
+        self.proportional: ProportionalAttention | None = None
+        # Proportional attention for merged tokens: a site whose reducer merges sets this (its language model weighs
+        # each visual token by how many it stands for, :mod:`prismatic_tr.llm.sizes`).
+        self.weighs_sizes = False
         # Positions live in the language model; a model without one (a feature extractor) has none to keep.
         self.keeps_positions = settings.positions == "original" and hasattr(info.model, "language_model")
         if self.keeps_positions:
@@ -121,12 +126,13 @@ class BackboneSlotHandle(SiteHandle):
         (read from the backbone each call: OpenVLA-OFT's ``get_num_images_in_input()``)."""
         return self.reduced_num_patches_per_image() * images_in_input(self.backbone)
 
-    def hand_on(self, kept: torch.Tensor, num_original: int) -> None:
-        """After a backbone forward: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original``;
-        recorded for the current top-level call only (outside one, nothing is recorded)."""
+    def hand_on(self, kept: torch.Tensor, num_original: int, sizes: torch.Tensor | None = None) -> None:
+        """After a backbone forward: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original`` and
+        stand for ``sizes`` (B, K) unreduced ones each (None: one each); recorded for the current top-level call
+        only (outside one, nothing is recorded)."""
         record = self.current_record()
         if record is not None:
-            record.hand_on(kept, num_original)
+            record.hand_on(kept, num_original, sizes if self.weighs_sizes else None)
 
     def _positions_of_call(self) -> tuple[torch.Tensor, int] | None:
         """What the position keeping applies at a fresh language-model call: the current call's hand-off."""
@@ -165,6 +171,11 @@ class BackboneSlotHandle(SiteHandle):
                 return self.current_record() or (self.scope.backward if self.scope is not None else None)
 
             self.positions = PositionRemap(language_model(self.info), source, record)
+        if self.weighs_sizes:
+            def call_record() -> CallRecord | None:  # closures, as above; in a backward pass, the call it recomputes
+                return self.current_record() or (self.scope.backward if self.scope is not None else None)
+
+            self.proportional = ProportionalAttention(language_model(self.info), call_record)
         self._hold_scope()
         claim_backbone_slot(self, self.count_known)
         return self
@@ -178,5 +189,8 @@ class BackboneSlotHandle(SiteHandle):
         if self.positions is not None:
             self.positions.remove()
             self.positions = None
+        if self.proportional is not None:
+            self.proportional.remove()
+            self.proportional = None
         self._drop_scope()
         release_backbone_slot(self)

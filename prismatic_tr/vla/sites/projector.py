@@ -21,7 +21,7 @@ from prismatic_tr.vla.grid import backbone_grid
 from prismatic_tr.vla.layout import PerImageReducer, TokenLayout, token_layout
 from prismatic_tr.vla.locate import BackboneInfo, max_prefix_tokens, original_num_patches
 from prismatic_tr.vla.settings import Setting
-from prismatic_tr.vla.sites.base import BackboneSlotHandle
+from prismatic_tr.vla.sites.base import BackboneSlotHandle, language_model
 
 
 class ProjectorSiteHandle(BackboneSlotHandle):
@@ -43,6 +43,10 @@ class ProjectorSiteHandle(BackboneSlotHandle):
         if grid is not None and grid[0] * grid[1] != self.patches_per_image:
             grid = None
         self.reducer = TokenReducer(settings.reducer_config(grid_size=grid))
+        # a merging method's tokens are weighed by their sizes in the language model, where there is one
+        self.weighs_sizes = self.reducer.strategy.merges and hasattr(info.model, "language_model")
+        if self.weighs_sizes:
+            language_model(info)  # fails now, before anything is changed
         if self.patches_per_image is not None:
             self.reducer.output_tokens(self.patches_per_image)  # a grid that does not fit fails here, not mid-forward
         self._by_prefix: dict[int, TokenReducer] = {0: self.reducer}
@@ -82,8 +86,8 @@ class ProjectorSiteHandle(BackboneSlotHandle):
 
     def finish_forward(self, features: torch.Tensor) -> torch.Tensor:
         """Backbone features (B, N, D) -> reduced (B, N', D), the kept tokens' positions handed on."""
-        out, kept = self.reducer_for(features.shape[1]).reduce(features)
-        self.hand_on(kept, features.shape[1])
+        out, kept, sizes = self.reducer_for(features.shape[1]).reduce(features)
+        self.hand_on(kept, features.shape[1], sizes)
         return out
 
     def __repr__(self) -> str:
