@@ -163,3 +163,36 @@ def test_diverse_merge_hands_its_sizes_to_the_language_model(preset: str) -> Non
 def test_a_merging_method_is_not_combined_with_the_llm_site() -> None:
     with pytest.raises(ValueError, match="'diverse_merge' weighs its merged tokens"):
         Setting(method="diverse_merge", keep_ratio=0.25, also=(Setting.for_site("llm", keep_ratio=0.5),))
+
+
+def test_openvlas_own_code_weighs_the_merged_tokens() -> None:
+    """OpenVLA's remote code (``../shared/reference``, OpenVLA's pins; skipped with the reason elsewhere) under
+    ``diverse_merge``: its own ``predict_action`` (transformers' ``generate``) runs with the sizes in every step, the
+    actions differ from the same merge unweighed, and removal gives back exactly the unreduced actions."""
+    from helpers.reference_clients import import_openvla_hf
+    from helpers.reference_models import UNNORM_KEY, build_reference_vla
+
+    vla = build_reference_vla(import_openvla_hf("modeling_prismatic"), import_openvla_hf("configuration_prismatic"))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 29000, (1, 10), generator=g)
+    ids[:, 0] = 1
+    inputs = {"input_ids": ids, "pixel_values": torch.randn(1, 6, 224, 224, generator=g), "unnorm_key": UNNORM_KEY}
+
+    def logits() -> torch.Tensor:
+        with torch.no_grad():
+            return vla(input_ids=ids, pixel_values=inputs["pixel_values"]).logits
+
+    with torch.no_grad():
+        before, before_logits = vla.predict_action(**inputs), logits()
+    handle = get_token_reduction(apply_token_reduction_spec(vla, "diverse_merge:0.25"))
+    with torch.no_grad(), reduction_call(vla) as call:
+        vla.predict_action(**inputs)
+    assert call.sizes is not None and call.sizes.sum() == call.num_original
+    weighed = logits()
+    handle.proportional.remove()
+    handle.proportional = None
+    assert (weighed - logits()).abs().max() > SENSITIVE
+    remove_token_reduction(vla)
+    with torch.no_grad():
+        assert (vla.predict_action(**inputs) == before).all()
+    assert torch.equal(logits(), before_logits)
