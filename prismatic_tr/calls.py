@@ -41,9 +41,12 @@ class CallRecord:
     Kept by the hooks during the call:
         towers_chosen: (B, n) patch indices the scoring tower of a shared selection chose in the pass of the towers
             in flight, for the other towers of that pass (:mod:`prismatic_tr.vit.shared`); ``towers_gate`` (B, n):
-            the learned scorer's straight-through gate with it, or None.
+            the learned scorer's straight-through gate with it, or None. A merging strategy's: ``towers_owner`` (B, N)
+            the group (0 .. n - 1) of every patch, for the other towers; ``towers_sizes`` (B, n) float32 the group
+            sizes, read by the blocks after the cut in every tower of the pass (proportional attention).
         images_chosen: one (B, n) choice per image the towers encoded in the backbone forward in flight (the
-            ``vision`` site, :mod:`prismatic_tr.vla.sites.vision`).
+            ``vision`` site, :mod:`prismatic_tr.vla.sites.vision`); ``images_sizes``: a merging strategy's (B, n)
+            group sizes with each.
         positions: ``(kept, num_original)`` the rotary embeddings apply from this call's fresh language-model call
             on, through its decode steps (:mod:`prismatic_tr.llm.rope`), or None (ordinary positions).
         pruning: the ``llm`` site's pruned sequence (:class:`prismatic_tr.llm.patch.PrunedSequence`), or None.
@@ -59,7 +62,10 @@ class CallRecord:
     count_taken: bool = False
     towers_chosen: torch.Tensor | None = None
     towers_gate: torch.Tensor | None = None
+    towers_owner: torch.Tensor | None = None
+    towers_sizes: torch.Tensor | None = None
     images_chosen: list[torch.Tensor] = field(default_factory=list)
+    images_sizes: list[torch.Tensor] = field(default_factory=list)
     positions: tuple[torch.Tensor, int] | None = None
     pruning: Any = None
     sizes: torch.Tensor | None = None

@@ -44,7 +44,8 @@ class Strategy:
     ``uses_generator`` strategies get a seeded ``torch.Generator`` (kept for compatibility: a Generator
     argument does not compile with ``fullgraph=True``).
 
-    ``score`` (selecting strategies): the per-token scores ``reduce`` keeps the top K of. With it,
+    ``score`` (selecting strategies): the per-token scores ``reduce`` keeps the top K of (a merging strategy: the
+    K representatives the other tokens merge into). With it, a selecting strategy's
     :class:`~prismatic_tr.reducers.TokenReducer` gathers prefix and kept tokens in one ``gather`` from the
     unsliced input instead of slicing, reducing and concatenating (torch 2.2's inductor miscompiles a
     gather from a sliced tensor that feeds a ``cat``: "index out of bounds" aborts the process).
@@ -95,7 +96,7 @@ def available_methods() -> list[str]:
 
 
 def selection_methods() -> list[str]:
-    """Registered strategies that keep a subset of tokens by a per-token score (``Strategy.score``), sorted:
-    the ones a site that selects tokens itself (the ``vision`` site) can use."""
+    """Registered strategies that keep (or merge into) a subset of tokens by a per-token score
+    (``Strategy.score``), sorted: the ones a site that selects tokens itself (the ``vision`` site) can use."""
     return sorted(name for name, s in _STRATEGIES.items() if s.score is not None)
 

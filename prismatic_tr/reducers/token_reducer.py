@@ -82,7 +82,7 @@ class TokenReducer(nn.Module):
             return ReductionOutput(x, idx)
         patches = x[:, p:] if p else x
         rng = self._rng(x.device)
-        if self.strategy.score is not None:  # one gather from x: prefix and kept tokens together
+        if self.strategy.score is not None and not self.strategy.merges:  # one gather: prefix and kept tokens
             idx = top_indices(self.strategy.score(patches, self.cfg, rng), self.strategy.count(patches.shape[1], self.cfg))
             return ReductionOutput(gather_rows(x, idx, p), idx)
         out = self.strategy.reduce(patches, self.cfg, rng)

@@ -19,6 +19,14 @@ hooks change no parameter and are removed exactly. Any registered selection stra
 block put out (prefix dropped), and so does ``"learned"`` (:mod:`prismatic_tr.reducers.learned`: the ``diverse``
 cover weighed by a trained scorer, whose straight-through gate multiplies the kept tokens by exactly 1 while
 gradients are on, so that the loss reaches the scorer).
+
+A merging strategy (``diverse_merge``) keeps the same K patches as representatives and folds every other patch into
+its nearest one (:func:`~prismatic_tr.reducers.strategies.diverse_merge.nearest_owner`, on the scoring tower's
+tokens): each kept token becomes the mean of its group, in every tower with the scoring tower's groups. The blocks
+after the cut then weigh a token that stands for n patches as n copies in their attention (``+ log n`` on its key
+column, ToMe's proportional attention; prefix tokens stand for one): their attention modules get an instance-level
+``forward`` (:class:`_WeightedAttention`, removed exactly) that reads the pass's group sizes from the call's record
+(``CallRecord.towers_sizes``).
 """
 
 from __future__ import annotations
@@ -36,13 +44,14 @@ from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import get_strategy, selection_methods
+from prismatic_tr.reducers.strategies.diverse_merge import group_means, nearest_owner
 from prismatic_tr.reducers.tensor_ops import (
     gather_rows,
     gather_tokens,
     take_along,
     top_indices_after_prefix,
 )
-from prismatic_tr.vit.attention import check_attention_module
+from prismatic_tr.vit.attention import attention_forward, check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
 SCORINGS = ("attention", "norm")  # the towers' own scores; any registered selection strategy is allowed too
@@ -113,6 +122,33 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str | R
     return query_row_scores(q, k, nxt.attn.scale, p)
 
 
+def merges(scoring: str) -> bool:
+    """True when ``scoring`` is a reducers strategy that merges the patches it does not keep (``diverse_merge``)."""
+    return scoring not in SCORINGS + (LEARNED,) and get_strategy(scoring).merges
+
+
+class _WeightedAttention:
+    """Instance-level ``forward`` of a timm ``Attention`` after the cut of a merging selection: the module's own
+    attention (:func:`~prismatic_tr.vit.attention.attention_forward`) with ``log n`` added on the key column of a
+    patch token that stands for n patches (prefix tokens: n = 1). The sizes, (B, K) float32, come from ``sizes()``
+    (the record of the pass in flight)."""
+
+    def __init__(self, attn: nn.Module, num_prefix: int, sizes: Callable[[], torch.Tensor | None]) -> None:
+        self.attn, self.num_prefix, self.sizes = attn, num_prefix, sizes
+
+    def __call__(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        if attn_mask is not None or is_causal:
+            raise ValueError("attn_mask / is_causal are not supported after a merging selection's cut; remove it first")
+        sizes, p = self.sizes(), self.num_prefix
+        if sizes is None or tuple(sizes.shape) != (x.shape[0], x.shape[1] - p):
+            got = None if sizes is None else tuple(sizes.shape)
+            raise ValueError(f"a block after the merge got {tuple(x.shape[:2])} tokens but the pass's group sizes are "
+                             f"{got}: the towers must run through the scoring tower's cut in the same pass")
+        log_n = torch.log(sizes)
+        bias = torch.nn.functional.pad(log_n, (p, 0)) if p else log_n  # prefix tokens: log 1 = 0
+        return attention_forward(self.attn, x, bias=bias[:, None, None, :]).out
+
+
 class SharedSelectionHandle:
     """Hooks on the towers; ``remove()`` (or leaving a ``with`` block) restores them exactly.
 
@@ -120,12 +156,14 @@ class SharedSelectionHandle:
     (B, n) patch indices, is handed to the other towers of the same pass through the record of the call in flight
     (``CallRecord.towers_chosen``, :mod:`prismatic_tr.calls`: the caller's, ``record()``, else one the handle opens
     when the scoring tower runs and drops once the last tower has gathered, so nothing crosses to the next pass) and
-    to ``on_select(indices)``, if given, each time the scoring tower chooses (once per image when a backbone runs its
+    to ``on_select(indices, sizes)``, if given (``sizes``: (B, n) group sizes of a merging strategy, else None), each
+    time the scoring tower chooses (once per image when a backbone runs its
     towers image by image).
     """
 
     def __init__(self, towers: Sequence[nn.Module], config: SharedSelectionConfig,
-                 on_select: Callable[[torch.Tensor], None] | None = None, scorer: CoverScorer | None = None,
+                 on_select: Callable[[torch.Tensor, torch.Tensor | None], None] | None = None,
+                 scorer: CoverScorer | None = None,
                  record: RecordSource | None = None) -> None:
         self.towers, self.config, self.on_select = list(towers), config, on_select
         if (scorer is not None) != (config.method == LEARNED):
@@ -139,6 +177,17 @@ class SharedSelectionHandle:
         self._scoring: str | ReducerConfig = config.method if config.method in SCORINGS + (LEARNED,) else \
             ReducerConfig(method=config.method, keep_ratio=config.keep_ratio)
         self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
+        self.merges = merges(config.method)
+        self._weighted: list[tuple[nn.Module, Any]] = []  # (attention module, its own instance forward or None)
+        if self.merges:
+            def sizes() -> torch.Tensor | None:  # a closure: torch 2.2's dynamo cannot call a bound method
+                record = self.records.current()
+                return record.towers_sizes if record is not None else None
+
+            for t, j in zip(self.towers, self.blocks, strict=True):
+                for blk in list(t.blocks)[j + 1:]:
+                    self._weighted.append((blk.attn, blk.attn.__dict__.get("forward")))
+                    blk.attn.forward = _WeightedAttention(blk.attn, t.num_prefix_tokens, sizes)
         self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
             zip(self.towers, self.blocks, strict=True))]
 
@@ -154,11 +203,16 @@ class SharedSelectionHandle:
             if chosen is None or chosen.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
-            kept = gather_rows(out, chosen, p)
+            if self.merges:  # the scoring tower's groups, this tower's tokens
+                merged = group_means(out[:, p:], record.towers_owner, self.kept)[0]
+                kept = torch.cat([out[:, :p], merged], dim=1) if p else merged
+            else:
+                kept = gather_rows(out, chosen, p)
             kept = kept if record.towers_gate is None else _gated(kept, record.towers_gate, p)
             if tower_index == len(self.towers) - 1:  # the pass is complete: its choice is not kept
-                record.towers_chosen, record.towers_gate = None, None
-                self.records.end()
+                record.towers_chosen, record.towers_gate, record.towers_owner = None, None, None
+                if not self.merges:  # a merge's sizes stay for this tower's later blocks (the next pass replaces them)
+                    self.records.end()
             return kept
 
         return hook
@@ -175,16 +229,23 @@ class SharedSelectionHandle:
             scores = patch_scores(tower, block, out, self._scoring, key)
         positions = top_indices_after_prefix(scores, self.kept, p)
         chosen = positions[:, p:] - p if p else positions  # patch indices
+        owner = sizes = None
+        if self.merges:  # every patch into its nearest kept one: (B, K) group means and sizes
+            owner = nearest_owner(out[:, p:], chosen)
+            merged, sizes = group_means(out[:, p:], owner, self.kept)
+            kept = torch.cat([out[:, :p], merged], dim=1) if p else merged
+        else:
+            kept = gather_tokens(out, positions)
         if self.on_select is not None:
-            self.on_select(chosen)
-        kept = gather_tokens(out, positions)
+            self.on_select(chosen, sizes)
         gate = None
         if log_weights is not None and log_weights.requires_grad:  # training the scorer: the gate carries its loss
             gate = straight_through_gate(take_along(log_weights, chosen))
             kept = _gated(kept, gate, p)
-        if len(self.towers) > 1:  # for the other towers of this pass
+        if len(self.towers) > 1 or self.merges:  # for the other towers and the later blocks of this pass
             record = self.records.begin()
             record.towers_chosen, record.towers_gate = chosen, gate
+            record.towers_owner, record.towers_sizes = owner, sizes
         return kept
 
     def reseed(self) -> None:
@@ -197,6 +258,11 @@ class SharedSelectionHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for attn, own in self._weighted:  # the attention modules' forward as it was
+            del attn.forward
+            if own is not None:
+                attn.forward = own
+        self._weighted = []
         self.records.end()
 
     def __enter__(self) -> SharedSelectionHandle:
@@ -228,7 +294,8 @@ def check_towers(towers: Sequence[nn.Module]) -> None:
 
 def apply_shared_selection(
     towers: Sequence[nn.Module], depth_fraction: float, keep_ratio: float, method: str = "attention",
-    on_select: Callable[[torch.Tensor], None] | None = None, seed: int = 0, scorer: CoverScorer | None = None,
+    on_select: Callable[[torch.Tensor, torch.Tensor | None], None] | None = None, seed: int = 0,
+    scorer: CoverScorer | None = None,
     record: RecordSource | None = None,
 ) -> SharedSelectionHandle:
     """Reduce the patch tokens of ``towers`` (timm ViTs, the first scores) inside them; see the module doc.

@@ -130,42 +130,49 @@ def run(vla: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return vla(**inputs).logits
 
 
+MERGING = {"diverse_merge:0.25": "diverse:0.25", "vision:diverse_merge:0.25@0.25": "vision:diverse:0.25@0.25"}
+
+
+@pytest.mark.parametrize("spec", list(MERGING))
 @pytest.mark.parametrize("preset", ["tiny", "tiny-oft"])
-def test_diverse_merge_hands_its_sizes_to_the_language_model(preset: str) -> None:
-    """At the projector site ``diverse_merge`` hands on sizes that sum to each image's patches; the language model
-    weighs them (the output differs from the same merge unweighed); removal restores the model exactly; a
-    selecting method hands none on."""
+def test_diverse_merge_hands_its_sizes_to_the_language_model(preset: str, spec: str) -> None:
+    """At the projector site and at the vision site ``diverse_merge`` hands on sizes that sum to each image's
+    patches; the language model weighs them (the output differs from the same merge unweighed); removal restores
+    the model exactly; the selecting method hands none on."""
     vla = build_vla(preset)
     inputs = make_inputs(vla)
     if isinstance(vla, NativeOpenVLAOFT):
         inputs["pixel_values"] = torch.cat([inputs["pixel_values"]] * 2, dim=1)  # two images
     before = run(vla, inputs)
-    handle = get_token_reduction(apply_token_reduction_spec(vla, "diverse_merge:0.25"))
+    handle = get_token_reduction(apply_token_reduction_spec(vla, spec))
     assert handle.proportional is not None
     with reduction_call(vla) as call:
         weighed = run(vla, inputs)
     images = 2 if isinstance(vla, NativeOpenVLAOFT) else 1
     assert call.sizes.shape == call.kept.shape and (call.sizes >= 1).all()
-    assert torch.equal(call.sizes.sum(dim=1), torch.full((2,), float(call.num_original)))
+    per_image = call.sizes.reshape(2, images, -1).sum(dim=2)  # each image's tokens stand for its 256 patches
+    assert torch.equal(per_image, torch.full((2, images), 256.0))
     assert call.num_original == images * 256
     handle.proportional.remove()  # the same merge, unweighed
     handle.proportional = None
     assert (weighed - run(vla, inputs)).abs().max() > SENSITIVE
     remove_token_reduction(vla)
     assert torch.equal(run(vla, inputs), before)
-    plain = get_token_reduction(apply_token_reduction_spec(vla, "diverse:0.25"))
+    plain = get_token_reduction(apply_token_reduction_spec(vla, MERGING[spec]))
     with reduction_call(vla) as call:
         run(vla, inputs)
     assert plain.proportional is None and call.sizes is None
     remove_token_reduction(vla)
 
 
-def test_a_merging_method_is_not_combined_with_the_llm_site() -> None:
+@pytest.mark.parametrize("site", ["projector", "vision"])
+def test_a_merging_method_is_not_combined_with_the_llm_site(site: str) -> None:
     with pytest.raises(ValueError, match="'diverse_merge' weighs its merged tokens"):
-        Setting(method="diverse_merge", keep_ratio=0.25, also=(Setting.for_site("llm", keep_ratio=0.5),))
+        Setting(method="diverse_merge", keep_ratio=0.25, site=site, also=(Setting.for_site("llm", keep_ratio=0.5),))
 
 
-def test_openvlas_own_code_weighs_the_merged_tokens() -> None:
+@pytest.mark.parametrize("spec", list(MERGING))
+def test_openvlas_own_code_weighs_the_merged_tokens(spec: str) -> None:
     """OpenVLA's remote code (``../shared/reference``, OpenVLA's pins; skipped with the reason elsewhere) under
     ``diverse_merge``: its own ``predict_action`` (transformers' ``generate``) runs with the sizes in every step, the
     actions differ from the same merge unweighed, and removal gives back exactly the unreduced actions."""
@@ -184,7 +191,7 @@ def test_openvlas_own_code_weighs_the_merged_tokens() -> None:
 
     with torch.no_grad():
         before, before_logits = vla.predict_action(**inputs), logits()
-    handle = get_token_reduction(apply_token_reduction_spec(vla, "diverse_merge:0.25"))
+    handle = get_token_reduction(apply_token_reduction_spec(vla, spec))
     with torch.no_grad(), reduction_call(vla) as call:
         vla.predict_action(**inputs)
     assert call.sizes is not None and call.sizes.sum() == call.num_original

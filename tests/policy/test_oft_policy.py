@@ -372,11 +372,15 @@ def test_oft_relabelling_can_label_only_the_steps_where_the_student_plans(tiny_o
 
 
 @pytest.mark.slow
-def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("setting", ["vision:diverse:0.25@0.25", "diverse_merge:0.25"])
+def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(setting: str, tiny_oft: Path,
+                                                                      tmp_path: Path) -> None:
+    """On-policy chunks driven under the setting, then a fine-tune under it (a merging method's weighted attention
+    in the training forward too)."""
     from vla_scripts import make_onpolicy_data
 
     data = tmp_path / "onpolicy"
-    assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--setting", "vision:diverse:0.25@0.25",
+    assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--setting", setting,
                                     "--num_episodes", "2", "--execute_steps", "4", "--output_dir", str(data),
                                     "--batch_size", "2"]) == 0
     source = OFTChunkSource(data, DATASET)
@@ -387,10 +391,10 @@ def test_fine_tuning_an_oft_policy_for_a_setting_on_relabelled_chunks(tiny_oft: 
     out = tmp_path / "run"
     record = train_oft_policy.main(train_oft_policy.parse_config([
         "--output_dir", str(out), "--init_oft", str(tiny_oft), "--data_root", str(data), "--setting",
-        "vision:diverse:0.25@0.25", "--max_steps", "2", "--batch_size", "2", "--save_steps", "2",
+        setting, "--max_steps", "2", "--batch_size", "2", "--save_steps", "2",
         "--lr_warmup_steps", "1", "--select_episodes", "0", "--eval_episodes", "1", "--test_episodes", "1",
         "--progress", "false"]))
-    assert record["setting"] == "vision:diverse:0.25@0.25" and record["demonstrations"]["steps"] == summary["steps"]
+    assert record["setting"] == setting and record["demonstrations"]["steps"] == summary["steps"]
     tuned, _ = load_vla(record["checkpoint"])
     assert tuned.norm_stats == load_vla(tiny_oft)[0].norm_stats  # the policy's own statistics kept
     assert make_onpolicy_data.main(["--vla_path", str(tiny_oft), "--execute_steps", "9", "--num_episodes", "1",

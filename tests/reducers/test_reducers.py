@@ -16,7 +16,8 @@ from prismatic_tr.reducers.strategies.diverse import max_min_order
 GREEDY = ["diverse", "salient_diverse"]  # K steps of max-min selection
 UNROLLED = [*GREEDY, "diverse_merge"]  # those K steps unroll when compiled
 SELECTING = ["topk_magnitude", "attention_score", "random", "saliency", *GREEDY]
-METHODS = SELECTING + ["spatial_pool", "diverse_merge"]
+SCORED = SELECTING + ["diverse_merge"]  # merging into the top-scored representatives
+METHODS = SCORED + ["spatial_pool"]
 # (batch, patch tokens, channels, prefix tokens)
 SHAPES = [(1, 256, 2176, 0), (2, 256, 1152, 0), (3, 196, 32, 1), (2, 64, 16, 5)]
 RATIOS = [0.1, 0.25, 0.5, 0.75]
@@ -35,7 +36,7 @@ def features(b: int, n: int, d: int, p: int, dtype=torch.float32, seed: int = 0)
 
 def test_registry_lists_the_built_in_strategies():
     assert available_methods() == sorted(METHODS)
-    assert selection_methods() == sorted(SELECTING), "every strategy but pooling keeps a subset by a score"
+    assert selection_methods() == sorted(SCORED), "every strategy but pooling keeps (or merges into) a subset by a score"
 
 
 @pytest.mark.parametrize("method,shape,ratio", list(itertools.product(METHODS, SHAPES, RATIOS)))

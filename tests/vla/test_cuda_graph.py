@@ -29,7 +29,8 @@ from prismatic_tr.vla.api import live_handles
 from prismatic_tr.vla.cuda_graph import PARTS, CapturedPolicy, CapturedStep, call_inputs
 from prismatic_tr.vla.scope import reduction_call
 
-SETTINGS = ["none", "diverse:0.25", "vision:diverse:0.1@0.25", "llm:attention:0.5@0.25"]
+SETTINGS = ["none", "diverse:0.25", "diverse_merge:0.25", "vision:diverse:0.1@0.25", "vision:diverse_merge:0.25@0.25",
+            "llm:attention:0.5@0.25"]
 CUDA = torch.cuda.is_available()
 
 

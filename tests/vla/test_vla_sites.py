@@ -23,6 +23,7 @@ from prismatic_tr.reducers.tensor_ops import gather_rows
 from prismatic_tr.vit.shared import reduction_block
 from prismatic_tr.vla import (
     apply_token_reduction_from_config,
+    apply_token_reduction_spec,
     apply_token_reduction_to_vla,
     get_token_reduction,
     reduction_call,
@@ -105,6 +106,56 @@ def test_vision_site_keeps_the_same_positions_in_both_towers() -> None:
             if i == blocks[1]:
                 x = gather_rows(x, idx, sig.num_prefix_tokens)
     assert torch.equal(out[:, :, vb.featurizer.embed_dim :], x)
+
+
+def test_vision_site_merging_weighs_a_group_as_its_copies_in_the_towers() -> None:
+    """``vision:diverse_merge``: where the cut block's patch rows come in 64 groups of identical rows, 32 of 2 then
+    32 of 6 (a hook set before the site's makes them so, in both towers), merging each group into one token and
+    weighing it as its rows in the later blocks' attention gives the unreduced towers' output at the kept patches
+    (to float32 rounding); the same selection without merging (``diverse``, which keeps one row of each group too)
+    does not. Group sizes in the record; no host sync; the attention modules as they were after removal."""
+    vla = tiny()
+    vb = vla.vision_backbone
+    px = make_inputs(vla)["pixel_values"]
+    blocks = [reduction_block(len(t.blocks), 0.25) for t in vb.towers]
+    group_sizes = torch.tensor([2] * 32 + [6] * 32)
+    group = torch.arange(64).repeat_interleave(group_sizes)  # (256,) the group of each patch, contiguous
+    first = torch.cumsum(group_sizes, 0) - group_sizes       # each group's first patch
+
+    def groups(tower: torch.nn.Module) -> Any:
+        p = tower.num_prefix_tokens
+
+        def hook(module: torch.nn.Module, args: Any, out: torch.Tensor) -> torch.Tensor:
+            copies = out[:, p:][:, first[group]]  # every patch a copy of its group's first
+            return torch.cat([out[:, :p], copies], dim=1)
+
+        return hook
+
+    hooks = [t.blocks[j].register_forward_hook(groups(t)) for t, j in zip(vb.towers, blocks, strict=True)]
+    try:
+        with torch.no_grad():
+            unreduced = vb(px)
+        out = {}
+        for spec in ("vision:diverse_merge:0.25@0.25", "vision:diverse:0.25@0.25"):
+            apply_token_reduction_spec(vla, spec)
+            try:
+                with torch.no_grad(), reduction_call(vla) as call:
+                    out[spec] = (vb(px), call.kept, call.sizes)
+                if "merge" in spec:
+                    assert find_host_syncs(lambda: vb(px)) == {}
+            finally:
+                remove_token_reduction(vla)
+    finally:
+        for h in hooks:
+            h.remove()
+    merged, kept, sizes = out["vision:diverse_merge:0.25@0.25"]
+    assert torch.equal(group[kept], torch.arange(64).expand(2, -1))  # one patch of each group kept
+    assert torch.equal(sizes, group_sizes.float().expand(2, -1))
+    torch.testing.assert_close(merged, gather_rows(unreduced, kept), rtol=1e-4, atol=1e-4)
+    selected, kept_too, none = out["vision:diverse:0.25@0.25"]
+    assert torch.equal(kept_too, kept) and none is None
+    assert (selected - gather_rows(unreduced, kept)).abs().max() > 1e-3
+    assert all("forward" not in blk.attn.__dict__ for t in vb.towers for blk in t.blocks)
 
 
 @pytest.mark.parametrize("method", ["saliency", "diverse"])

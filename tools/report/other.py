@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tools.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
-from tools.report.sources import GPU_CAPTURED, GPU_RUN, Sources
+from tools.report.sources import GPU_CAPTURED, GPU_MERGE, GPU_RUN, Sources
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:
@@ -40,18 +41,21 @@ def gpu_table(src: Sources) -> str:
     return "\n".join(table_lines(header, rows) + facts)
 
 
-def _captured_machine(src: Sources) -> str:
-    """Where and how the captured run was measured, from its first file."""
-    first = next(iter(next(iter(src.gpu_captured.values())).values()))
+def _captured_machine(by_model: dict[str, dict[int, dict[str, Any]]], folder: Path) -> str:
+    """Where and how a captured run was measured, from its first file; its command as run, its files' folder."""
+    first = next(iter(next(iter(by_model.values())).values()))
     meta, job = first["meta"], first["meta"]["job"]
     peaks = meta["peaks"]
     sheet = peaks.get("datasheet") or {}
-    return (f"Measured by `bash benchmarks/gpu/device_check.sh OUT` (`python benchmarks/gpu/captured.py`) on "
+    args = meta["command"].split()
+    after = args[args.index("--output_dir") + 2:] if "--output_dir" in args else []  # the run's own flags
+    command = " ".join(["bash benchmarks/gpu/device_check.sh OUT", *after])
+    return (f"Measured by `{command}` (`python benchmarks/gpu/captured.py`) on "
             f"{meta['machine']['gpu']} (measured {peaks['bandwidth_gb_s'] / 1000:.2f} TB/s copy and "
             f"{peaks['bf16_tflop_s']:.0f} TFLOP/s bf16 matrix product; datasheet {sheet.get('bandwidth_gb_s', 0) / 1000:.2f} TB/s, "
             f"{sheet.get('bf16_tflop_s', 0):.0f} TFLOP/s), torch {meta['versions']['torch']}, transformers "
             f"{meta['versions']['transformers']}, {meta['date_utc'][:16]} UTC; RANDOM weights at the 7B sizes, bfloat16; "
-            f"{job['num_runs']} interleaved rounds after {job['warmup']} warm-up; results in `{GPU_CAPTURED.as_posix()}/`")
+            f"{job['num_runs']} interleaved rounds after {job['warmup']} warm-up; results in `{folder.as_posix()}/`")
 
 
 def _x(row: dict[str, Any], mode: str) -> str:
@@ -73,14 +77,15 @@ def gpu_headline_table(src: Sources) -> str:
                          f"{best['captured_ms']:.1f} ms, {_x(best, 'captured')}"])
     header = ["model, batch", "eager, unreduced", "CUDA graph, unreduced", "... over its roofline",
               "fastest setting", "its CUDA graph, against CUDA-graph unreduced"]
-    return "\n".join(table_lines(header, rows) + ["", _captured_machine(src) + ". Every setting and the roofline: "
+    machine = _captured_machine(src.gpu_captured, GPU_CAPTURED)
+    return "\n".join(table_lines(header, rows) + ["", machine + ". Every setting and the roofline: "
                                                        "[docs/results/gpu.md](docs/results/gpu.md)."])
 
 
-def gpu_captured_table(src: Sources) -> str:
-    """docs/results/gpu.md: every setting, eager and captured, at batch 1 and 8 on both 7B-size models."""
+def _captured_rows(by_model: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
+    """One line per model, batch and setting of a captured run: eager and captured, against that mode's unreduced."""
     rows = []
-    for model, by_batch in src.gpu_captured.items():
+    for model, by_batch in by_model.items():
         for batch, data in by_batch.items():
             for r in data["rows"]:
                 decode = f"{r['decode_share']:.2f}" if "decode_share" in r else "-"
@@ -89,12 +94,27 @@ def gpu_captured_table(src: Sources) -> str:
                              f"{r['eager_ms']:.1f} ms, {_x(r, 'eager')}",
                              f"{r['captured_ms']:.1f} ms, {_x(r, 'captured')}", f"{r['capture_gain']:.2f}x",
                              f"{r['roofline_ms']:.1f} ms", f"{r['captured_vs_roofline']:.2f}x", decode, same])
-    header = ["model, batch", "setting", "visual tokens", "eager", "CUDA graph", "graph over eager",
-              "roofline", "graph over roofline", "decode share", "graph's actions vs eager's"]
-    return "\n".join(table_lines(header, rows) + [
-        "", _captured_machine(src) + ". Speed-ups are against the same mode's unreduced row; `*`: that mode's "
-        "p90/p10 (the row's or the unreduced row's) exceeds 1.20, not a result. Decode share: 1 - the prefill-only "
-        "graph's time over the whole step's (OpenVLA)."])
+    return rows
+
+
+CAPTURED_HEADER = ["model, batch", "setting", "visual tokens", "eager", "CUDA graph", "graph over eager",
+                   "roofline", "graph over roofline", "decode share", "graph's actions vs eager's"]
+CAPTURED_KEY = ("Speed-ups are against the same mode's unreduced row; `*`: that mode's p90/p10 (the row's or the "
+                "unreduced row's) exceeds 1.20, not a result. Decode share: 1 - the prefill-only graph's time over the "
+                "whole step's (OpenVLA).")
+
+
+def gpu_captured_table(src: Sources) -> str:
+    """docs/results/gpu.md: every setting, eager and captured, at batch 1 and 8 on both 7B-size models."""
+    return "\n".join(table_lines(CAPTURED_HEADER, _captured_rows(src.gpu_captured)) + [
+        "", _captured_machine(src.gpu_captured, GPU_CAPTURED) + ". " + CAPTURED_KEY])
+
+
+def gpu_merge_table(src: Sources) -> str:
+    """docs/results/gpu.md: ``diverse_merge`` (merging, with proportional attention) beside ``diverse`` at the same
+    keeps, eager and captured, in one run."""
+    return "\n".join(table_lines(CAPTURED_HEADER, _captured_rows(src.gpu_merge)) + [
+        "", _captured_machine(src.gpu_merge, GPU_MERGE) + ". " + CAPTURED_KEY])
 
 
 def gpu_kernels_table(src: Sources) -> str:

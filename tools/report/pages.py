@@ -52,6 +52,7 @@ from tools.report.other import (
     gpu_captured_table,
     gpu_headline_table,
     gpu_kernels_table,
+    gpu_merge_table,
     gpu_table,
     serve_table,
 )
@@ -71,6 +72,7 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("docs/results/openvla-oft.md", "oft_avx2", oft_avx2_table),
     ("docs/results/gpu.md", "gpu_captured", gpu_captured_table),
     ("docs/results/gpu.md", "gpu_kernels", gpu_kernels_table),
+    ("docs/results/gpu.md", "gpu_merge", gpu_merge_table),
     ("docs/results/gpu.md", "gpu_h100", gpu_table),
     ("docs/results/metaworld.md", "metaworld_policy", metaworld_policy_table),
     ("docs/results/metaworld.md", "metaworld", metaworld_table),

@@ -22,36 +22,46 @@ import torch
 
 from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
 from prismatic_tr.reducers.registry import register_strategy
-from prismatic_tr.reducers.strategies.diverse import max_min_order
+from prismatic_tr.reducers.strategies.diverse import max_min_order, score_diverse
 from prismatic_tr.reducers.strategies.selection import count_by_ratio
 from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
 
 
-def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, N, D) tokens, (B, K) kept indices -> (B, K, D) each kept token the mean of the tokens whose nearest kept
-    token (cosine similarity; ties to the lower kept index) it is, itself included, in ``patches``' dtype; and
-    (B, K) float32 how many tokens each mean is of (>= 1, summing to N)."""
+def nearest_owner(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(B, N, D) tokens, (B, K) kept indices -> (B, N) int64 in 0 .. K - 1: the kept token nearest to each token
+    (cosine similarity; ties to the lower kept index), each kept token its own."""
     x = torch.nn.functional.normalize(patches.float(), dim=-1)
-    kept = gather_rows(x, idx)                                       # (B, K, D)
-    sim = torch.bmm(x, kept.transpose(1, 2))                         # (B, N, K)
-    owner = sim.argmax(dim=-1)                                       # (B, N) in 0 .. K - 1
+    sim = torch.bmm(x, gather_rows(x, idx).transpose(1, 2))         # (B, N, K)
     own = torch.arange(idx.shape[1], device=idx.device).expand_as(idx)
-    owner = owner.scatter(1, idx, own)  # a kept token is its own, also where another kept one looks the same
+    return sim.argmax(dim=-1).scatter(1, idx, own)  # a kept token is its own, also where another looks the same
+
+
+def group_means(patches: torch.Tensor, owner: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) tokens, (B, N) group of each (0 .. k - 1, every group non-empty) -> (B, k, D) each group's mean
+    in ``patches``' dtype, and (B, k) float32 the group sizes (summing to N)."""
     b, n, d = patches.shape
-    sums = patches.new_zeros(b, idx.shape[1], d, dtype=torch.float32)
+    sums = patches.new_zeros(b, k, d, dtype=torch.float32)
     sums = sums.scatter_add(1, owner.unsqueeze(-1).expand(b, n, d), patches.float())
-    counts = patches.new_zeros(b, idx.shape[1], dtype=torch.float32).scatter_add(
+    counts = patches.new_zeros(b, k, dtype=torch.float32).scatter_add(
         1, owner, torch.ones(b, n, dtype=torch.float32, device=patches.device))
     return (sums / counts.unsqueeze(-1)).to(patches.dtype), counts
 
 
-@register_strategy("diverse_merge", count=count_by_ratio, merges=True)
+def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) tokens, (B, K) kept indices -> (B, K, D) each kept token the mean of the tokens whose nearest kept
+    token (:func:`nearest_owner`) it is, itself included, in ``patches``' dtype; and (B, K) float32 how many tokens
+    each mean is of (>= 1, summing to N)."""
+    return group_means(patches, nearest_owner(patches, idx), idx.shape[1])
+
+
+@register_strategy("diverse_merge", count=count_by_ratio, score=score_diverse, merges=True)
 def reduce_diverse_merge(
     patches: torch.Tensor, cfg: ReducerConfig, rng: torch.Tensor | torch.Generator | None = None
 ) -> ReductionOutput:
     """(B, N, D) -> (B, K, D): ``diverse``'s K tokens (:func:`max_min_order`), in spatial order, each merged with
     the dropped tokens nearest to it (:func:`merge_into`); ``indices`` the kept patches, which are also the output
-    tokens' positions; ``sizes`` the group sizes."""
+    tokens' positions; ``sizes`` the group sizes. Its ``score`` is ``diverse``'s: the representatives, which the
+    ``vision`` site picks inside the towers and merges there (:mod:`prismatic_tr.vit.shared`)."""
     k = count_by_ratio(patches.shape[1], cfg)
     idx = top_indices(max_min_order(patches, k), k)
     tokens, sizes = merge_into(patches, idx)

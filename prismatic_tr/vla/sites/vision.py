@@ -6,7 +6,9 @@ kept patches. OpenVLA-OFT's backbone runs the towers on each image (the native o
 each image is selected on its own, to the same K. After the backbone's forward the patches each image kept are handed on as positions among the
 unreduced ones (image ``m``'s patch ``i`` at ``m * P + i``). The backbone reports the kept count per image
 (``get_num_patches()``), as with the projector site, in whose slot it sits. No parameter or ``state_dict`` key
-added to the model; ``remove()`` restores it exactly. Method ``"learned"``: the handle owns the scorer
+added to the model; ``remove()`` restores it exactly. A merging method (``diverse_merge``) merges inside the towers
+(:mod:`prismatic_tr.vit.shared`) and hands each token's group size on with the positions, so that the language model
+weighs it as its patches (:mod:`prismatic_tr.llm.sizes`). Method ``"learned"``: the handle owns the scorer
 (:class:`prismatic_tr.reducers.learned.CoverScorer`, built from ``settings.scorer``); ``scorer_parameters()`` are
 what a fine-tuning run trains with the policy, and :meth:`VisionSiteHandle.snapshot` the settings with the scorer
 as trained, which a checkpoint saves.
@@ -26,12 +28,13 @@ from prismatic_tr.vit.shared import (
     SharedSelectionHandle,
     apply_shared_selection,
     check_towers,
+    merges,
     reduction_block,
     tower_width,
 )
 from prismatic_tr.vla.locate import BackboneInfo, backbone_towers
 from prismatic_tr.vla.settings import Setting
-from prismatic_tr.vla.sites.base import BackboneSlotHandle
+from prismatic_tr.vla.sites.base import BackboneSlotHandle, language_model
 
 MAX_IMAGES = 16  # images one backbone forward may encode per sample (OpenVLA-OFT uses up to 3)
 
@@ -44,6 +47,10 @@ class VisionSiteHandle(BackboneSlotHandle):
         self.towers = backbone_towers(info.backbone, "the vision site")
         check_towers(self.towers)  # fails now, before anything is changed
         self.scorer = CoverScorer(tower_width(self.towers[0]), settings.scorer) if settings.method == LEARNED else None
+        # a merging method's tokens are weighed by their sizes in the towers after the cut and in the language model
+        self.weighs_sizes = merges(settings.method) and hasattr(info.model, "language_model")
+        if self.weighs_sizes:
+            language_model(info)  # fails now, before anything is changed
         if self.scorer is not None:
             self.scorer.to(next(self.towers[0].parameters()).device)
         self.selection: SharedSelectionHandle | None = None
@@ -89,29 +96,37 @@ class VisionSiteHandle(BackboneSlotHandle):
         done = record.images_chosen if record is not None else []
         rows = torch.cat(done, dim=0) if done else features.new_zeros(0, k, dtype=torch.long)
         chosen = list(rows[rows.shape[0] - images * b :].split(b)) if rows.shape[0] >= images * b else []
+        sizes = None
+        if self.weighs_sizes and record is not None and len(record.images_sizes) == len(done):
+            weights = torch.cat(record.images_sizes, dim=0)[rows.shape[0] - images * b :]
+            sizes = torch.cat(weights.split(b), dim=1) if len(chosen) == images else None
         if record is not None:
-            record.images_chosen = []
+            record.images_chosen, record.images_sizes = [], []
         self.records.end()
         if len(chosen) != images or features.shape[1] != images * k:
             raise ValueError(f"the vision backbone returned {features.shape[1]} tokens per sample but its towers "
                              f"chose {rows.shape[0] // max(b, 1)} image(s) of {k} patches in this forward")
         p = self.patches_per_image
-        self.hand_on(torch.cat([idx + m * p for m, idx in enumerate(chosen)], dim=1), images * p)
+        self.hand_on(torch.cat([idx + m * p for m, idx in enumerate(chosen)], dim=1), images * p, sizes)
         return features
 
     def _attach_site(self) -> None:
         s = self.settings
 
-        def on_select(indices: torch.Tensor) -> None:  # a closure: torch 2.2's dynamo cannot call a bound
-            record = self.records.current()              # list.append handed over as a hook argument
+        def on_select(indices: torch.Tensor, sizes: torch.Tensor | None) -> None:  # a closure: torch 2.2's dynamo
+            record = self.records.current()              # cannot call a bound list.append handed over as a hook argument
             if record is None:  # the towers run by hand (backbone.forward), outside any call
                 record = self.records.begin()
             if len(record.images_chosen) >= MAX_IMAGES:  # towers run by hand, never through the backbone: bounded
                 del record.images_chosen[0]
+                del record.images_sizes[:1]
             record.images_chosen.append(indices)
+            if sizes is not None:
+                record.images_sizes.append(sizes)
 
         def start(module: nn.Module, args: tuple) -> None:  # nothing of an earlier (failed) forward is read
-            self.records.begin().images_chosen = []
+            record = self.records.begin()
+            record.images_chosen, record.images_sizes = [], []
 
         def record() -> CallRecord | None:  # a closure, as above
             return self.records.current()
