@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.report.cells import cores_of, cpu_words, end_to_end, recomputed, table_lines
-from tools.report.sources import GPU_CAPTURED, GPU_MERGE, GPU_RUN, Sources
+from tools.report.sources import GPU_CAPTURED, GPU_RUN, Sources
 
 
 def _gpu_cell(rec: dict[str, Any]) -> str:
@@ -112,9 +112,12 @@ def gpu_captured_table(src: Sources) -> str:
 
 def gpu_merge_table(src: Sources) -> str:
     """docs/results/gpu.md: ``diverse_merge`` (merging, with proportional attention) beside ``diverse`` at the same
-    keeps, eager and captured, in one run."""
-    return "\n".join(table_lines(CAPTURED_HEADER, _captured_rows(src.gpu_merge)) + [
-        "", _captured_machine(src.gpu_merge, GPU_MERGE) + ". " + CAPTURED_KEY])
+    keeps, eager and captured, one table per run (the projector site's, then the vision site's)."""
+    parts = []
+    for run, by_model in src.gpu_merge.items():
+        parts += [*table_lines(CAPTURED_HEADER, _captured_rows(by_model)), "",
+                  _captured_machine(by_model, run) + ". " + CAPTURED_KEY, ""]
+    return "\n".join(parts[:-1])
 
 
 def gpu_kernels_table(src: Sources) -> str:

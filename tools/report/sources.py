@@ -98,9 +98,10 @@ GPU_CAPTURED_FILES = {label: {b: GPU_CAPTURED / f"{preset}_b{b}.json" for b in (
                       for label, preset in GPU_CAPTURED_MODELS.items()}
 # the same script later with diverse_merge beside diverse at the same keeps (issue 48's merging, its proportional
 # attention captured): model label -> batch -> results file
-GPU_MERGE = RESULTS / "gpu_captured" / "h200_merge"
-GPU_MERGE_FILES = {label: {b: GPU_MERGE / f"{preset}_b{b}.json" for b in (1, 8)}
-                   for label, preset in GPU_CAPTURED_MODELS.items()}
+# (projector, then vision site): folder -> model label -> batch -> results file
+GPU_MERGE_RUNS = (RESULTS / "gpu_captured" / "h200_merge", RESULTS / "gpu_captured" / "h200_vision_merge")
+GPU_MERGE_FILES = {run: {label: {b: run / f"{preset}_b{b}.json" for b in (1, 8)}
+                         for label, preset in GPU_CAPTURED_MODELS.items()} for run in GPU_MERGE_RUNS}
 GPU_PROFILE_FILES = {"OpenVLA-OFT-7B": GPU_CAPTURED / "profile" / "oft-7b_b1.json",
                      "OpenVLA-7B": GPU_CAPTURED / "profile" / "openvla-7b_b1.json"}
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
@@ -126,7 +127,7 @@ class Sources:
     metaworld_finetunes: dict[str, list[dict[str, Any]]]  # policy -> its finetune_*/evaluation.json (recipe records)
     gpu: dict[int, dict[str, dict[str, Any]]]  # batch -> model -> gpu_h100 results file ({"meta", "records"})
     gpu_captured: dict[str, dict[int, dict[str, Any]]]  # model -> batch -> gpu_captured file ({"meta", "rows"})
-    gpu_merge: dict[str, dict[int, dict[str, Any]]]  # model -> batch -> GPU_MERGE file ({"meta", "rows"})
+    gpu_merge: dict[Path, dict[str, dict[int, dict[str, Any]]]]  # GPU_MERGE_RUNS folder -> model -> batch -> file
     gpu_profile: dict[str, dict[str, Any]]  # model -> its kernel profile at batch 1 ({..., "rows"})
     oft_batch4: dict[str, dict[str, Any]]  # dtype -> oft_batch4/<dtype>/results.json (4 observations a step)
     oft_avx2: dict[str, dict[str, Any]]  # dtype -> oft_avx2/<dtype>/results.json (an AVX2-only CPU)
@@ -159,8 +160,8 @@ class Sources:
                    gpu={b: {m: read_json(root / p) for m, p in files.items()} for b, files in GPU_FILES.items()},
                    gpu_captured={m: {b: read_json(root / p) for b, p in files.items()}
                                  for m, files in GPU_CAPTURED_FILES.items()},
-                   gpu_merge={m: {b: read_json(root / p) for b, p in files.items()}
-                              for m, files in GPU_MERGE_FILES.items()},
+                   gpu_merge={run: {m: {b: read_json(root / p) for b, p in files.items()} for m, files in models.items()}
+                              for run, models in GPU_MERGE_FILES.items()},
                    gpu_profile={m: read_json(root / p) for m, p in GPU_PROFILE_FILES.items()},
                    oft_batch4={d: read_json(root / p) for d, p in OFT_BATCH4_BY_DTYPE.items()},
                    oft_avx2={d: read_json(root / p) for d, p in OFT_AVX2_BY_DTYPE.items()},
@@ -182,7 +183,8 @@ def source_files(root: Path = ROOT) -> list[Path]:
     fixed = [POLICY_RESULTS, SELECTION_TEST, *SPEED_BY_DTYPE.values(), *OFT_BY_DTYPE.values(),
              *OFT_FROZEN_BY_DTYPE.values(), *OFT_BATCH4_BY_DTYPE.values(), *OFT_AVX2_BY_DTYPE.values(), MAIN_OFT,
              *METAWORLD_POLICIES.values(), *(p for files in GPU_FILES.values() for p in files.values()),
-             *(p for files in (*GPU_CAPTURED_FILES.values(), *GPU_MERGE_FILES.values()) for p in files.values()),
+             *(p for files in GPU_CAPTURED_FILES.values() for p in files.values()),
+             *(p for models in GPU_MERGE_FILES.values() for files in models.values() for p in files.values()),
              *GPU_PROFILE_FILES.values(), EXACT,
              *(p for _, p, _ in TABLETOP_POLICIES), SELECTION_TEST_5OBJ,
              *(p for _, rec, parts in METAWORLD_RUNS for p in ((rec,) if rec else ()) + parts)]
