@@ -127,6 +127,13 @@ def merges(scoring: str) -> bool:
     return scoring not in SCORINGS + (LEARNED,) and get_strategy(scoring).merges
 
 
+def _merged(out: torch.Tensor, owner: torch.Tensor, k: int, num_prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, P + N, C) tokens, (B, N) group of each patch -> (B, P + k, C): the prefix, then each group's mean; and the
+    (B, k) group sizes."""
+    merged, sizes = group_means(out[:, num_prefix:], owner, k)
+    return (torch.cat([out[:, :num_prefix], merged], dim=1) if num_prefix else merged), sizes
+
+
 class _WeightedAttention:
     """Instance-level ``forward`` of a timm ``Attention`` after the cut of a merging selection: the module's own
     attention (:func:`~prismatic_tr.vit.attention.attention_forward`) with ``log n`` added on the key column of a
@@ -204,8 +211,7 @@ class SharedSelectionHandle:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
             if self.merges:  # the scoring tower's groups, this tower's tokens
-                merged = group_means(out[:, p:], record.towers_owner, self.kept)[0]
-                kept = torch.cat([out[:, :p], merged], dim=1) if p else merged
+                kept = _merged(out, record.towers_owner, self.kept, p)[0]
             else:
                 kept = gather_rows(out, chosen, p)
             kept = kept if record.towers_gate is None else _gated(kept, record.towers_gate, p)
@@ -232,8 +238,7 @@ class SharedSelectionHandle:
         owner = sizes = None
         if self.merges:  # every patch into its nearest kept one: (B, K) group means and sizes
             owner = nearest_owner(out[:, p:], chosen)
-            merged, sizes = group_means(out[:, p:], owner, self.kept)
-            kept = torch.cat([out[:, :p], merged], dim=1) if p else merged
+            kept, sizes = _merged(out, owner, self.kept, p)
         else:
             kept = gather_tokens(out, positions)
         if self.on_select is not None:
