@@ -52,6 +52,10 @@ class CallRecord:
         pruning: the ``llm`` site's pruned sequence (:class:`prismatic_tr.llm.patch.PrunedSequence`), or None.
         size_extent: ``(past, length)`` of the language-model call in flight while ``sizes`` are set: positions
             cached before it (None: unknown) and positions fed (:mod:`prismatic_tr.llm.sizes`).
+        size_bias: ``(mask, extent, biased)``: the first layer's mask of the language-model call in flight (or None),
+            ``size_extent`` then, and that mask with the size columns added, which every later layer handed the
+            same mask reuses (:mod:`prismatic_tr.llm.sizes`); ``towers_bias``: per prefix count, the towers' key bias
+            from ``towers_sizes`` (:mod:`prismatic_tr.vit.shared`).
     """
 
     kept: torch.Tensor | None = None
@@ -70,6 +74,8 @@ class CallRecord:
     pruning: Any = None
     sizes: torch.Tensor | None = None
     size_extent: tuple[int | None, int] = (0, 0)
+    size_bias: tuple[torch.Tensor | None, tuple[int | None, int], torch.Tensor] | None = None
+    towers_bias: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def hand_on(self, kept: torch.Tensor, num_original: int, sizes: torch.Tensor | None = None) -> None:
         """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original`` and stand

@@ -12,7 +12,8 @@ forward) a forward pre-hook on ``lm.model`` notes the call's extent (positions c
 the record of the call in flight (:mod:`prismatic_tr.calls`), and a forward pre-hook on every decoder layer, run
 after any hook that hands the layer its mask (:func:`prismatic_tr.models.generation.every_layer_gets`, which is
 prepended), adds ``log n_j`` at the visual keys' columns to the layer's additive mask; where the layer would attend
-causally with no mask, it hands it the causal mask with those columns added. The sizes are the record's
+causally with no mask, it hands it the causal mask with those columns added. The sum is made once per call, at its
+first layer, and handed to every later layer that gets the same mask (``CallRecord.size_bias``). The sizes are the record's
 (``CallRecord.sizes``, handed on by the site with the kept positions); a call without them runs untouched. The
 visual tokens sit right after BOS (key columns 1 .. K), as in every prompt of this package and of OpenVLA's and
 OpenVLA-OFT's code. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
@@ -76,7 +77,7 @@ class ProportionalAttention:
         if record is None or record.sizes is None:
             return
         call = read_call(args, kwargs)
-        record.size_extent = (call.past, call.length)
+        record.size_extent, record.size_bias = (call.past, call.length), None
 
     def _on_layer(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
         record = self.records.current()
@@ -84,7 +85,10 @@ class ProportionalAttention:
             return None
         positional = "attention_mask" not in kwargs and len(args) > 1  # transformers 4.40's checkpointed call
         mask = args[1] if positional else kwargs.get("attention_mask")
-        if mask is not None:
+        cached = record.size_bias  # every layer of a call gets the same mask: the first one's sum serves them all
+        if cached is not None and cached[0] is mask and cached[1] == record.size_extent:
+            new = cached[2]
+        elif mask is not None:
             if mask.dim() != 4:
                 raise ValueError(f"a decoder layer got a {mask.dim()}-D attention mask; proportional attention "
                                  "adds to the 4-D additive one")
@@ -97,6 +101,7 @@ class ProportionalAttention:
                                  "a mask")
             hidden = args[0] if args else kwargs["hidden_states"]
             new = causal_bias(size_columns(record.sizes, past + length, hidden.dtype), past, length)
+        record.size_bias = (mask, record.size_extent, new)
         if positional:
             return (args[0], new, *args[2:]), kwargs
         return args, {**kwargs, "attention_mask": new}

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.calls import Records, RecordSource
+from prismatic_tr.calls import CallRecord, Records, RecordSource
 from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
@@ -137,23 +137,28 @@ def _merged(out: torch.Tensor, owner: torch.Tensor, k: int, num_prefix: int) -> 
 class _WeightedAttention:
     """Instance-level ``forward`` of a timm ``Attention`` after the cut of a merging selection: the module's own
     attention (:func:`~prismatic_tr.vit.attention.attention_forward`) with ``log n`` added on the key column of a
-    patch token that stands for n patches (prefix tokens: n = 1). The sizes, (B, K) float32, come from ``sizes()``
-    (the record of the pass in flight)."""
+    patch token that stands for n patches (prefix tokens: n = 1). The sizes, (B, K) float32, are the record's of the
+    pass in flight (``record()``: ``towers_sizes``); the bias is made once per pass and prefix count
+    (``towers_bias``) and read by every later block."""
 
-    def __init__(self, attn: nn.Module, num_prefix: int, sizes: Callable[[], torch.Tensor | None]) -> None:
-        self.attn, self.num_prefix, self.sizes = attn, num_prefix, sizes
+    def __init__(self, attn: nn.Module, num_prefix: int, record: Callable[[], CallRecord | None]) -> None:
+        self.attn, self.num_prefix, self.record = attn, num_prefix, record
 
     def __call__(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("attn_mask / is_causal are not supported after a merging selection's cut; remove it first")
-        sizes, p = self.sizes(), self.num_prefix
+        record, p = self.record(), self.num_prefix
+        sizes = record.towers_sizes if record is not None else None
         if sizes is None or tuple(sizes.shape) != (x.shape[0], x.shape[1] - p):
             got = None if sizes is None else tuple(sizes.shape)
             raise ValueError(f"a block after the merge got {tuple(x.shape[:2])} tokens but the pass's group sizes are "
                              f"{got}: the towers must run through the scoring tower's cut in the same pass")
-        log_n = torch.log(sizes)
-        bias = torch.nn.functional.pad(log_n, (p, 0)) if p else log_n  # prefix tokens: log 1 = 0
-        return attention_forward(self.attn, x, bias=bias[:, None, None, :]).out
+        bias = record.towers_bias.get(p)
+        if bias is None:
+            log_n = torch.log(sizes)
+            bias = (torch.nn.functional.pad(log_n, (p, 0)) if p else log_n)[:, None, None, :]  # prefix: log 1 = 0
+            record.towers_bias[p] = bias
+        return attention_forward(self.attn, x, bias=bias).out
 
 
 class SharedSelectionHandle:
@@ -187,14 +192,13 @@ class SharedSelectionHandle:
         self.merges = merges(config.method)
         self._weighted: list[tuple[nn.Module, Any]] = []  # (attention module, its own instance forward or None)
         if self.merges:
-            def sizes() -> torch.Tensor | None:  # a closure: torch 2.2's dynamo cannot call a bound method
-                record = self.records.current()
-                return record.towers_sizes if record is not None else None
+            def current() -> CallRecord | None:  # a closure: torch 2.2's dynamo cannot call a bound method
+                return self.records.current()
 
             for t, j in zip(self.towers, self.blocks, strict=True):
                 for blk in list(t.blocks)[j + 1:]:
                     self._weighted.append((blk.attn, blk.attn.__dict__.get("forward")))
-                    blk.attn.forward = _WeightedAttention(blk.attn, t.num_prefix_tokens, sizes)
+                    blk.attn.forward = _WeightedAttention(blk.attn, t.num_prefix_tokens, current)
         self._hooks = [t.blocks[j].register_forward_hook(self._hook(i)) for i, (t, j) in enumerate(
             zip(self.towers, self.blocks, strict=True))]
 
@@ -250,7 +254,7 @@ class SharedSelectionHandle:
         if len(self.towers) > 1 or self.merges:  # for the other towers and the later blocks of this pass
             record = self.records.begin()
             record.towers_chosen, record.towers_gate = chosen, gate
-            record.towers_owner, record.towers_sizes = owner, sizes
+            record.towers_owner, record.towers_sizes, record.towers_bias = owner, sizes, {}
         return kept
 
     def reseed(self) -> None:

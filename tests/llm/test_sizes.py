@@ -33,15 +33,17 @@ TEXT = 4
 SENSITIVE = 1e-3
 
 
-def one_layer_llama(seed: int = 0) -> LlamaForCausalLM:
+def small_llama(seed: int = 0, layers: int = 1) -> LlamaForCausalLM:
+    """A Llama of ``layers`` layers (several: every layer after the first reuses the call's weighted mask)."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     lm = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # sharper attention, so that weights matter
-        lm.model.layers[0].self_attn.q_proj.weight.mul_(4)
-        lm.model.layers[0].self_attn.k_proj.weight.mul_(4)
+        for layer in lm.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4)
+            layer.self_attn.k_proj.weight.mul_(4)
     return lm
 
 
@@ -83,7 +85,9 @@ SIZES = torch.tensor([[3.0, 1.0]]).expand(2, -1)
 
 @pytest.mark.parametrize("mask", ["none", "4d"])
 def test_a_token_of_size_n_is_weighed_as_n_copies_in_a_prefill(mask: str) -> None:
-    lm = one_layer_llama()
+    """One layer: the copies all see the same keys there (after a layer, causal attention gives each copy another
+    view, so the equivalence is a one-layer one)."""
+    lm = small_llama()
     full, ids_full, merged, ids_merged = sequences()
     want = reference(lm, full, ids_full)[:, -TEXT:]
     given = causal_mask(merged.shape[1]) if mask == "4d" else None
@@ -99,7 +103,7 @@ def test_a_token_of_size_n_is_weighed_as_n_copies_in_a_prefill(mask: str) -> Non
 
 
 def test_a_decode_step_weighs_the_cached_merged_token() -> None:
-    lm = one_layer_llama(1)
+    lm = small_llama(1)
     full, ids_full, merged, ids_merged = sequences(1)
     want = reference(lm, full, ids_full)[:, -1]
     record = CallRecord(sizes=SIZES)
@@ -113,6 +117,37 @@ def test_a_decode_step_weighs_the_cached_merged_token() -> None:
     assert record.size_extent == (merged.shape[1] - 1, 1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weighed.remove()
+
+
+@pytest.mark.parametrize("mask", ["none", "4d"])
+def test_every_layer_gets_the_weighted_mask_made_once_per_call(mask: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three layers: the hooks give the same hidden states as handing every layer the weighted mask by hand, in a
+    prefill and in the decode step after it, and make the size columns once per language-model call."""
+    from prismatic_tr.llm import sizes as sizes_module
+
+    lm = small_llama(2, layers=3)
+    _, _, merged, ids = sequences(2)
+    length = merged.shape[1]
+    given = causal_mask(length) if mask == "4d" else None
+    by_hand = causal_bias(size_columns(SIZES, length, torch.float32), 0, length)
+    want = hidden(lm, merged, ids, by_hand)
+    made = []
+    monkeypatch.setattr(sizes_module, "size_columns", lambda *a: made.append(a) or size_columns(*a))
+    record = CallRecord(sizes=SIZES)
+    weighed = ProportionalAttention(lm, lambda: record)
+    try:
+        torch.testing.assert_close(hidden(lm, merged, ids, given), want, rtol=0, atol=1e-6)
+        assert len(made) == 1  # the first layer's; the other two reuse it
+        cache = ready_cache(lm, merged)
+        with torch.no_grad():
+            out = lm.model(inputs_embeds=merged[:, :-1], position_ids=ids[:, :-1], use_cache=True,
+                           **{CACHE_NAME: cache})
+            step = lm.model(inputs_embeds=merged[:, -1:], position_ids=ids[:, -1:], use_cache=True,
+                            **{CACHE_NAME: getattr(out, CACHE_NAME)}).last_hidden_state
+        assert len(made) == 3  # one per call: the prefill of T - 1, the decode step
+        torch.testing.assert_close(step[:, -1], want[:, -1], rtol=0, atol=1e-5)
+    finally:
+        weighed.remove()
 
 
 def test_size_columns_refuse_too_few_keys_and_sit_after_bos() -> None:
