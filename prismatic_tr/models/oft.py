@@ -228,6 +228,17 @@ class NativeOpenVLAOFT(NativeOpenVLA):
         hidden = self.run_action_pass(prompt, self.embed_observation(pixel_values, proprio, proprio_projector))
         return self.head_output(hidden, action_head), hidden
 
+    def predict_chunk(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, chunk, action_dim) normalised actions from the L1 head for a collated batch
+        (:class:`prismatic_tr.data.oft.OFTCollator`: pixel_values, input_ids, attention_mask, proprio): the one
+        parallel pass of :meth:`predict_action`, with gradients (the training forward). A top-level call like
+        ``predict_action``: with a reduction attached it runs in a call of its own (:mod:`prismatic_tr.vla.scope`),
+        so the kept tokens' positions and a merge's sizes apply in training as at inference."""
+        prompt = self.make_prompt(batch["input_ids"], batch["attention_mask"], for_actions=True)
+        dtype = self.get_input_embeddings().weight.dtype
+        observation = self.embed_observation(batch["pixel_values"].to(dtype), batch["proprio"])
+        return self.action_head.predict_action(self.run_action_pass(prompt, observation))
+
     def actions_on_host(self, output: torch.Tensor, hidden: torch.Tensor,
                         unnorm_key: str) -> tuple[np.ndarray, torch.Tensor]:
         """The rest of :meth:`predict_action`: OFT's pair from :meth:`chunk_on_device`'s outputs."""
@@ -329,14 +340,8 @@ class NativeOpenVLAOFT(NativeOpenVLA):
 
 
 def predict_chunk(vla: NativeOpenVLAOFT, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, chunk, action_dim) normalised actions from the L1 head for a collated batch
-    (:class:`prismatic_tr.data.oft.OFTCollator`: pixel_values, input_ids,
-    attention_mask, proprio): the one parallel pass of ``predict_action``, with gradients."""
-    prompt = vla.make_prompt(batch["input_ids"], batch["attention_mask"], for_actions=True)
-    dtype = vla.get_input_embeddings().weight.dtype
-    observation = vla.embed_observation(batch["pixel_values"].to(dtype), batch["proprio"])
-    hidden = vla.run_action_pass(prompt, observation)
-    return vla.action_head.predict_action(hidden)
+    """``vla.predict_chunk(batch)`` (:meth:`NativeOpenVLAOFT.predict_chunk`; through a PEFT wrapper too)."""
+    return vla.predict_chunk(batch)
 
 
 def oft_config_from(config: NativeOpenVLAConfig, oft: dict[str, Any] | OFTSettings | None) -> NativeOpenVLAOFTConfig:

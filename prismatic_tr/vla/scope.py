@@ -6,7 +6,8 @@ call. That knowledge goes into a :class:`~prismatic_tr.calls.CallRecord`, made f
 call returns or raises, so nothing crosses from one call to the next: a standalone ``embed_images`` (or a
 backbone that raises) followed by a text-only ``generate`` runs exactly as the unreduced model.
 
-The top-level calls are the VLA's ``forward``, ``generate`` and ``predict_action`` (whichever the model has):
+The top-level calls are the VLA's ``forward``, ``generate``, ``predict_action`` and OpenVLA-OFT's training pass
+``predict_chunk`` (whichever the model has):
 while any site is attached they are wrapped on the instance of the innermost model
 (:func:`prismatic_tr.models.wrappers.innermost_vla`: under PEFT, DDP or ``torch.compile`` the wrapped model's own
 methods, which every wrapper ends up calling), in ``model.__dict__``, removed with the last site, so the model is
@@ -37,7 +38,7 @@ __all__ = ["CallRecord", "CallScope", "current_record", "reduction_call", "relea
            "use_scope"]
 
 SCOPE_ATTR = "_prismatic_tr_scope"
-SCOPED_METHODS = ("forward", "generate", "predict_action")
+SCOPED_METHODS = ("forward", "generate", "predict_action", "predict_chunk")  # predict_chunk: OFT's training pass
 
 
 class CallScope:

@@ -93,8 +93,8 @@ def test_the_metaworld_pages_prose_figures_equal_their_files() -> None:
 
 
 def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() -> None:
-    """The prose figures of ``diverse_merge`` with proportional attention on docs/results/metaworld.md (validation,
-    test and speed) are recomputed from the files they come from."""
+    """The prose figures of ``diverse_merge`` with proportional attention on docs/results/metaworld.md (validation
+    and test, at the projector and the vision site) and in the speed READMEs are recomputed from their files."""
     import json
 
     page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
@@ -103,27 +103,31 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
     def records(path: Path) -> dict:
         return {r["setting"]: r for r in json.loads(path.read_text())["records"]}
 
-    val, test = records(shipped / "validation_proportional" / "results.json"), records(shipped / "table" / "results.json")
+    test = records(shipped / "table" / "results.json")
     keeps = ("0.5", "0.25", "0.1")
-    chosen = " / ".join(f"{100 * val['diverse_merge:' + k]['successes'] / val['diverse_merge:' + k]['episodes']:.0f}"
-                        for k in keeps)
-    assert f"Chosen on validation ({chosen} % at keep 0.5 / 0.25 / 0.1 against {val['none']['successes']} %" in page
 
     def rate(s: str) -> float:
         return 100 * test[s]["successes"] / test[s]["episodes"]
 
-    merged = " / ".join(f"{rate('diverse_merge:' + k):.1f}" for k in keeps)
-    under = " / ".join(f"{rate('none') - rate('diverse_merge:' + k):.1f}" for k in keeps)
-    plain = " / ".join(f"{rate('diverse:' + k):.1f}" for k in keeps)
-    assert (f"on the test split {merged} % against {rate('none'):.1f} % unreduced ({under} points under it; "
-            f"`diverse` {plain} %)") in page
-    speed = shipped / "speed_merge"
-    readme = " ".join((speed / "README.md").read_text().split())
-    for name, column in (("policy", 0), ("cpu-bench-oft", 1)):
-        for setting, r in records(speed / name / "results.json").items():
-            if setting == "none":
-                continue
-            cell = f"{r['predict_action_speedup']:.2f}x" + (" (noisy)" if r.get("noise_flag") else "") + \
-                (" (slower)" if r["predict_action_speedup"] < 1 else "")
-            row = re.search(rf"\| `{re.escape(setting)}` \|([^|]*)\|([^|]*)\|", readme)
-            assert row and row.group(1 + column).strip() == cell, (name, setting, cell, row and row.group(0))
+    # (validation folder, how a keep's setting is named, the selecting method's name on the page)
+    for folder, named, plain_name in (("validation_proportional", "diverse_merge:{}", "`diverse`"),
+                                      ("validation_vision_merge", "vision:diverse_merge:{}@0.25", "`vision:diverse`")):
+        val = records(shipped / folder / "results.json")
+        chosen = " / ".join(f"{100 * val[named.format(k)]['successes'] / val[named.format(k)]['episodes']:.0f}"
+                            for k in keeps)
+        assert f"Chosen on validation ({chosen} % at keep 0.5 / 0.25 / 0.1 against {val['none']['successes']} %" in page
+        merged = " / ".join(f"{rate(named.format(k)):.1f}" for k in keeps)
+        under = " / ".join(f"{rate('none') - rate(named.format(k)):.1f}" for k in keeps)
+        plain = " / ".join(f"{rate(named.format(k).replace('diverse_merge', 'diverse')):.1f}" for k in keeps)
+        assert (f"on the test split {merged} % against {rate('none'):.1f} % unreduced ({under} points under it; "
+                f"{plain_name} {plain} %)") in page, folder
+    for speed in (shipped / "speed_merge", shipped / "speed_vision_merge"):  # each site's speed README
+        readme = " ".join((speed / "README.md").read_text().split())
+        for name, column in (("policy", 0), ("cpu-bench-oft", 1)):
+            for setting, r in records(speed / name / "results.json").items():
+                if setting == "none":
+                    continue
+                cell = f"{r['predict_action_speedup']:.2f}x" + (" (noisy)" if r.get("noise_flag") else "") + \
+                    (" (slower)" if r["predict_action_speedup"] < 1 else "")
+                row = re.search(rf"\| `{re.escape(setting)}` \|([^|]*)\|([^|]*)\|", readme)
+                assert row and row.group(1 + column).strip() == cell, (name, setting, cell, row and row.group(0))

@@ -223,3 +223,31 @@ def test_peft_wrapped_calls_are_scoped_on_the_inner_model(attach_first: bool) ->
     finally:
         remove_token_reduction(wrapped)
     assert scope_of(vla) is None and SCOPE_ATTR not in vars(vla)
+
+
+@pytest.mark.parametrize("spec", ["diverse:0.25", "diverse_merge:0.25", "vision:diverse:0.25@0.25",
+                                  "vision:diverse_merge:0.25@0.25", "llm:attention:0.5@0.25"])
+def test_the_oft_training_pass_is_a_call_of_its_own(spec: str) -> None:
+    """OpenVLA-OFT's training forward (``predict_chunk``, what fine-tuning and distillation run) is a top-level call:
+    with gradients on, outside any call opened by hand, it gives the chunk of ``predict_action``'s own pass (kept
+    tokens at their original positions, a merge's sizes weighed), not the pass without the call's hand-offs."""
+    from prismatic_tr.models.oft import predict_chunk
+    from prismatic_tr.vla import apply_token_reduction_spec
+
+    vla = build_vla("tiny-oft")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 1000, (2, 9), generator=g)
+    ids[:, 0] = 1
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "proprio": torch.rand(2, 8, generator=g),
+             "pixel_values": torch.randn(2, 12, 224, 224, generator=g)}
+    apply_token_reduction_spec(vla, spec)
+    try:
+        with torch.no_grad(), reduction_call(vla):
+            want = vla.chunk_on_device(batch["input_ids"], batch["pixel_values"], batch["attention_mask"],
+                                       batch["proprio"])[0]
+        got = predict_chunk(vla, batch)
+        assert got.requires_grad
+        torch.testing.assert_close(got.detach().flatten(1), want.flatten(1), rtol=1e-5, atol=1e-5)
+        assert scope_of(vla).record is None  # the call ended with the pass
+    finally:
+        remove_token_reduction(vla)
