@@ -19,9 +19,43 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+
+class TowersPass(NamedTuple):
+    """What the scoring tower of a shared selection hands the other towers of the pass in flight
+    (:mod:`prismatic_tr.vit.shared`). A named tuple, replaced whole (``torch.compile`` makes one where it cannot make
+    a dataclass); ``bias`` fills in place.
+
+    chosen: (B, n) patch indices the scoring tower chose, or None once the last tower has gathered.
+    gate: (B, n) the learned scorer's straight-through gate with them, or None.
+    owner: a merging strategy's (B, N) group (0 .. n - 1) of every patch, for the other towers, or None.
+    sizes: a merging strategy's (B, n) float32 group sizes, read by the blocks after the cut in every tower of the
+        pass (proportional attention); kept until the next pass replaces them.
+    bias: per prefix count, the towers' (B, 1, 1, P + n) key bias made from ``sizes`` once per pass.
+    """
+
+    chosen: torch.Tensor | None
+    gate: torch.Tensor | None
+    owner: torch.Tensor | None
+    sizes: torch.Tensor | None
+    bias: dict[int, torch.Tensor]
+
+
+class SizedCall(NamedTuple):
+    """The language-model call in flight while a merge's sizes are set (:mod:`prismatic_tr.llm.sizes`); a named
+    tuple, replaced whole.
+
+    extent: ``(past, length)``: positions cached before it (None: unknown) and positions fed.
+    mask: the first layer's attention mask of the call (or None), and ``biased`` that mask with the size columns
+        added (None until the first layer made it), which every later layer handed the same mask reuses.
+    """
+
+    extent: tuple[int | None, int]
+    mask: torch.Tensor | None
+    biased: torch.Tensor | None
 
 
 @dataclass
@@ -39,23 +73,14 @@ class CallRecord:
             (``diverse_merge``), else None; read by every language-model call of this call (proportional
             attention, :mod:`prismatic_tr.llm.sizes`).
     Kept by the hooks during the call:
-        towers_chosen: (B, n) patch indices the scoring tower of a shared selection chose in the pass of the towers
-            in flight, for the other towers of that pass (:mod:`prismatic_tr.vit.shared`); ``towers_gate`` (B, n):
-            the learned scorer's straight-through gate with it, or None. A merging strategy's: ``towers_owner`` (B, N)
-            the group (0 .. n - 1) of every patch, for the other towers; ``towers_sizes`` (B, n) float32 the group
-            sizes, read by the blocks after the cut in every tower of the pass (proportional attention).
-        images_chosen: one (B, n) choice per image the towers encoded in the backbone forward in flight (the
-            ``vision`` site, :mod:`prismatic_tr.vla.sites.vision`); ``images_sizes``: a merging strategy's (B, n)
-            group sizes with each.
+        towers: the pass of the towers in flight (:class:`TowersPass`), or None.
+        images: one ``(chosen, sizes)`` per image the towers encoded in the backbone forward in flight (the
+            ``vision`` site, :mod:`prismatic_tr.vla.sites.vision`): (B, n) patch indices, and a merging strategy's
+            (B, n) group sizes or None.
         positions: ``(kept, num_original)`` the rotary embeddings apply from this call's fresh language-model call
             on, through its decode steps (:mod:`prismatic_tr.llm.rope`), or None (ordinary positions).
         pruning: the ``llm`` site's pruned sequence (:class:`prismatic_tr.llm.patch.PrunedSequence`), or None.
-        size_extent: ``(past, length)`` of the language-model call in flight while ``sizes`` are set: positions
-            cached before it (None: unknown) and positions fed (:mod:`prismatic_tr.llm.sizes`).
-        size_bias: ``(mask, extent, biased)``: the first layer's mask of the language-model call in flight (or None),
-            ``size_extent`` then, and that mask with the size columns added, which every later layer handed the
-            same mask reuses (:mod:`prismatic_tr.llm.sizes`); ``towers_bias``: per prefix count, the towers' key bias
-            from ``towers_sizes`` (:mod:`prismatic_tr.vit.shared`).
+        lm_call: the language-model call in flight while ``sizes`` are set (:class:`SizedCall`), or None.
     """
 
     kept: torch.Tensor | None = None
@@ -64,18 +89,12 @@ class CallRecord:
     llm_kept: torch.Tensor | None = None
     positions_taken: bool = False
     count_taken: bool = False
-    towers_chosen: torch.Tensor | None = None
-    towers_gate: torch.Tensor | None = None
-    towers_owner: torch.Tensor | None = None
-    towers_sizes: torch.Tensor | None = None
-    images_chosen: list[torch.Tensor] = field(default_factory=list)
-    images_sizes: list[torch.Tensor] = field(default_factory=list)
+    towers: TowersPass | None = None
+    images: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
     positions: tuple[torch.Tensor, int] | None = None
     pruning: Any = None
     sizes: torch.Tensor | None = None
-    size_extent: tuple[int | None, int] = (0, 0)
-    size_bias: tuple[torch.Tensor | None, tuple[int | None, int], torch.Tensor] | None = None
-    towers_bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    lm_call: SizedCall | None = None
 
     def hand_on(self, kept: torch.Tensor, num_original: int, sizes: torch.Tensor | None = None) -> None:
         """After the backbone: the visual tokens passed on sit at ``kept`` (B, K) among ``num_original`` and stand

@@ -13,8 +13,8 @@ the record of the call in flight (:mod:`prismatic_tr.calls`), and a forward pre-
 after any hook that hands the layer its mask (:func:`prismatic_tr.models.generation.every_layer_gets`, which is
 prepended), adds ``log n_j`` at the visual keys' columns to the layer's additive mask; where the layer would attend
 causally with no mask, it hands it the causal mask with those columns added. The sum is made once per call, at its
-first layer, and handed to every later layer that gets the same mask (``CallRecord.size_bias``). The sizes are the record's
-(``CallRecord.sizes``, handed on by the site with the kept positions); a call without them runs untouched. The
+first layer, and handed to every later layer that gets the same mask (``CallRecord.lm_call``). The sizes are the
+record's (``CallRecord.sizes``, handed on by the site with the kept positions); a call without them runs untouched. The
 visual tokens sit right after BOS (key columns 1 .. K), as in every prompt of this package and of OpenVLA's and
 OpenVLA-OFT's code. Static shapes, no host sync; no parameter, buffer or ``state_dict`` key is added and
 ``remove()`` restores the model exactly.
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.calls import Records, RecordSource
+from prismatic_tr.calls import Records, RecordSource, SizedCall
 from prismatic_tr.llm.calls import decoder, read_call
 
 
@@ -77,7 +77,7 @@ class ProportionalAttention:
         if record is None or record.sizes is None:
             return
         call = read_call(args, kwargs)
-        record.size_extent, record.size_bias = (call.past, call.length), None
+        record.lm_call = SizedCall((call.past, call.length), None, None)
 
     def _on_layer(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:
         record = self.records.current()
@@ -85,23 +85,23 @@ class ProportionalAttention:
             return None
         positional = "attention_mask" not in kwargs and len(args) > 1  # transformers 4.40's checkpointed call
         mask = args[1] if positional else kwargs.get("attention_mask")
-        cached = record.size_bias  # every layer of a call gets the same mask: the first one's sum serves them all
-        if cached is not None and cached[0] is mask and cached[1] == record.size_extent:
-            new = cached[2]
+        state = record.lm_call  # every layer of a call gets the same mask: the first one's sum serves them all
+        if state.biased is not None and state.mask is mask:
+            new = state.biased
         elif mask is not None:
             if mask.dim() != 4:
                 raise ValueError(f"a decoder layer got a {mask.dim()}-D attention mask; proportional attention "
                                  "adds to the 4-D additive one")
             new = mask + size_columns(record.sizes, mask.shape[-1], mask.dtype)
         else:
-            past, length = record.size_extent
+            past, length = state.extent
             if past is None:
                 raise ValueError("proportional attention needs the number of cached positions, which a static KV "
                                  "cache does not tell without a host sync; use a dynamic cache or hand the layers "
                                  "a mask")
             hidden = args[0] if args else kwargs["hidden_states"]
             new = causal_bias(size_columns(record.sizes, past + length, hidden.dtype), past, length)
-        record.size_bias = (mask, record.size_extent, new)
+        record.lm_call = SizedCall(state.extent, mask, new)
         if positional:
             return (args[0], new, *args[2:]), kwargs
         return args, {**kwargs, "attention_mask": new}

@@ -26,7 +26,7 @@ tokens): each kept token becomes the mean of its group, in every tower with the 
 after the cut then weigh a token that stands for n patches as n copies in their attention (``+ log n`` on its key
 column, ToMe's proportional attention; prefix tokens stand for one): their attention modules get an instance-level
 ``forward`` (:class:`_WeightedAttention`, removed exactly) that reads the pass's group sizes from the call's record
-(``CallRecord.towers_sizes``).
+(``CallRecord.towers``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prismatic_tr.calls import CallRecord, Records, RecordSource
+from prismatic_tr.calls import CallRecord, Records, RecordSource, TowersPass
 from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
@@ -138,8 +138,8 @@ class _WeightedAttention:
     """Instance-level ``forward`` of a timm ``Attention`` after the cut of a merging selection: the module's own
     attention (:func:`~prismatic_tr.vit.attention.attention_forward`) with ``log n`` added on the key column of a
     patch token that stands for n patches (prefix tokens: n = 1). The sizes, (B, K) float32, are the record's of the
-    pass in flight (``record()``: ``towers_sizes``); the bias is made once per pass and prefix count
-    (``towers_bias``) and read by every later block."""
+    pass in flight (``record()``: ``towers.sizes``); the bias is made once per pass and prefix count
+    (``towers.bias``) and read by every later block."""
 
     def __init__(self, attn: nn.Module, num_prefix: int, record: Callable[[], CallRecord | None]) -> None:
         self.attn, self.num_prefix, self.record = attn, num_prefix, record
@@ -148,16 +148,17 @@ class _WeightedAttention:
         if attn_mask is not None or is_causal:
             raise ValueError("attn_mask / is_causal are not supported after a merging selection's cut; remove it first")
         record, p = self.record(), self.num_prefix
-        sizes = record.towers_sizes if record is not None else None
+        handed = record.towers if record is not None else None
+        sizes = handed.sizes if handed is not None else None
         if sizes is None or tuple(sizes.shape) != (x.shape[0], x.shape[1] - p):
             got = None if sizes is None else tuple(sizes.shape)
             raise ValueError(f"a block after the merge got {tuple(x.shape[:2])} tokens but the pass's group sizes are "
                              f"{got}: the towers must run through the scoring tower's cut in the same pass")
-        bias = record.towers_bias.get(p)
+        bias = handed.bias.get(p)
         if bias is None:
             log_n = torch.log(sizes)
             bias = (torch.nn.functional.pad(log_n, (p, 0)) if p else log_n)[:, None, None, :]  # prefix: log 1 = 0
-            record.towers_bias[p] = bias
+            handed.bias[p] = bias
         return attention_forward(self.attn, x, bias=bias).out
 
 
@@ -166,7 +167,7 @@ class SharedSelectionHandle:
 
     ``blocks``: the block index per tower; ``num_patches``: N per image; ``kept``: n. The scoring tower's choice,
     (B, n) patch indices, is handed to the other towers of the same pass through the record of the call in flight
-    (``CallRecord.towers_chosen``, :mod:`prismatic_tr.calls`: the caller's, ``record()``, else one the handle opens
+    (``CallRecord.towers``, :mod:`prismatic_tr.calls`: the caller's, ``record()``, else one the handle opens
     when the scoring tower runs and drops once the last tower has gathered, so nothing crosses to the next pass) and
     to ``on_select(indices, sizes)``, if given (``sizes``: (B, n) group sizes of a merging strategy, else None), each
     time the scoring tower chooses (once per image when a backbone runs its
@@ -210,17 +211,18 @@ class SharedSelectionHandle:
             if tower_index == 0:
                 return self._select(tower, block, out)
             record = self.records.current()
-            chosen = record.towers_chosen if record is not None else None
+            handed = record.towers if record is not None else None
+            chosen = handed.chosen if handed is not None else None
             if chosen is None or chosen.shape[0] != out.shape[0]:
                 raise ValueError("the scoring tower did not run before this one in this forward; a shared "
                                  "selection needs the backbone to run its first tower first")
             if self.merges:  # the scoring tower's groups, this tower's tokens
-                kept = _merged(out, record.towers_owner, self.kept, p)[0]
+                kept = _merged(out, handed.owner, self.kept, p)[0]
             else:
                 kept = gather_rows(out, chosen, p)
-            kept = kept if record.towers_gate is None else _gated(kept, record.towers_gate, p)
+            kept = kept if handed.gate is None else _gated(kept, handed.gate, p)
             if tower_index == len(self.towers) - 1:  # the pass is complete: its choice is not kept
-                record.towers_chosen, record.towers_gate, record.towers_owner = None, None, None
+                record.towers = TowersPass(None, None, None, handed.sizes, handed.bias)
                 if not self.merges:  # a merge's sizes stay for this tower's later blocks (the next pass replaces them)
                     self.records.end()
             return kept
@@ -252,9 +254,7 @@ class SharedSelectionHandle:
             gate = straight_through_gate(take_along(log_weights, chosen))
             kept = _gated(kept, gate, p)
         if len(self.towers) > 1 or self.merges:  # for the other towers and the later blocks of this pass
-            record = self.records.begin()
-            record.towers_chosen, record.towers_gate = chosen, gate
-            record.towers_owner, record.towers_sizes, record.towers_bias = owner, sizes, {}
+            self.records.begin().towers = TowersPass(chosen, gate, owner, sizes, {})
         return kept
 
     def reseed(self) -> None:

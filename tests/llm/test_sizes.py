@@ -99,7 +99,7 @@ def test_a_token_of_size_n_is_weighed_as_n_copies_in_a_prefill(mask: str) -> Non
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weighed.remove()
     torch.testing.assert_close(hidden(lm, merged, ids_merged, given)[:, -TEXT:], plain, rtol=0, atol=0)
-    assert record.size_extent == (0, merged.shape[1])
+    assert record.lm_call.extent == (0, merged.shape[1])
 
 
 def test_a_decode_step_weighs_the_cached_merged_token() -> None:
@@ -114,7 +114,7 @@ def test_a_decode_step_weighs_the_cached_merged_token() -> None:
                        **{CACHE_NAME: cache})
         got = lm.model(inputs_embeds=merged[:, -1:], position_ids=ids_merged[:, -1:], use_cache=True,
                        **{CACHE_NAME: getattr(out, CACHE_NAME)}).last_hidden_state[:, -1]
-    assert record.size_extent == (merged.shape[1] - 1, 1)
+    assert record.lm_call.extent == (merged.shape[1] - 1, 1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     weighed.remove()
 

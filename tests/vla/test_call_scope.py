@@ -142,7 +142,7 @@ def test_towers_run_by_hand_stay_bounded() -> None:
         with torch.no_grad():
             for _ in range(MAX_IMAGES + 5):
                 vla.vision_backbone.featurizer(px[:, :3])
-            assert len(get_token_reduction(vla).records.current().images_chosen) <= MAX_IMAGES
+            assert len(get_token_reduction(vla).records.current().images) <= MAX_IMAGES
             vla.vision_backbone(px)  # a whole backbone forward starts afresh
         assert get_token_reduction(vla).records.current() is None  # and its record leaves with it
     finally:

@@ -55,7 +55,7 @@ class VisionSiteHandle(BackboneSlotHandle):
             self.scorer.to(next(self.towers[0].parameters()).device)
         self.selection: SharedSelectionHandle | None = None
         # the choices of the backbone forward in flight (one per image) go into the record of the call in flight
-        # (``CallRecord.images_chosen``): the VLA's top-level call, else one per backbone forward
+        # (``CallRecord.images``): the VLA's top-level call, else one per backbone forward
         def outer() -> CallRecord | None:  # a closure: torch 2.2's dynamo cannot call a stored bound method
             return self.current_record()
 
@@ -93,15 +93,15 @@ class VisionSiteHandle(BackboneSlotHandle):
         b, images = features.shape[0], features.shape[1] // k
         # the towers ran once per image (B rows each) or once on all images as n * B rows, image-major
         record = self.records.current()
-        done = record.images_chosen if record is not None else []
-        rows = torch.cat(done, dim=0) if done else features.new_zeros(0, k, dtype=torch.long)
+        done = record.images if record is not None else []
+        rows = torch.cat([c for c, _ in done], dim=0) if done else features.new_zeros(0, k, dtype=torch.long)
         chosen = list(rows[rows.shape[0] - images * b :].split(b)) if rows.shape[0] >= images * b else []
         sizes = None
-        if self.weighs_sizes and record is not None and len(record.images_sizes) == len(done):
-            weights = torch.cat(record.images_sizes, dim=0)[rows.shape[0] - images * b :]
-            sizes = torch.cat(weights.split(b), dim=1) if len(chosen) == images else None
+        if self.weighs_sizes and done and all(s is not None for _, s in done) and len(chosen) == images:
+            weights = torch.cat([s for _, s in done], dim=0)[rows.shape[0] - images * b :]
+            sizes = torch.cat(weights.split(b), dim=1)
         if record is not None:
-            record.images_chosen, record.images_sizes = [], []
+            record.images = []
         self.records.end()
         if len(chosen) != images or features.shape[1] != images * k:
             raise ValueError(f"the vision backbone returned {features.shape[1]} tokens per sample but its towers "
@@ -117,16 +117,12 @@ class VisionSiteHandle(BackboneSlotHandle):
             record = self.records.current()              # cannot call a bound list.append handed over as a hook argument
             if record is None:  # the towers run by hand (backbone.forward), outside any call
                 record = self.records.begin()
-            if len(record.images_chosen) >= MAX_IMAGES:  # towers run by hand, never through the backbone: bounded
-                del record.images_chosen[0]
-                del record.images_sizes[:1]
-            record.images_chosen.append(indices)
-            if sizes is not None:
-                record.images_sizes.append(sizes)
+            if len(record.images) >= MAX_IMAGES:  # towers run by hand, never through the backbone: bounded
+                del record.images[0]
+            record.images.append((indices, sizes))
 
         def start(module: nn.Module, args: tuple) -> None:  # nothing of an earlier (failed) forward is read
-            record = self.records.begin()
-            record.images_chosen, record.images_sizes = [], []
+            self.records.begin().images = []
 
         def record() -> CallRecord | None:  # a closure, as above
             return self.records.current()
