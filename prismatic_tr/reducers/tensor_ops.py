@@ -1,4 +1,4 @@
-"""The package's tensor helpers: row gathers and top-k index selection, static shapes, no host sync.
+"""The package's tensor helpers: row gathers, top-k index selection and group means, static shapes, no host sync.
 
 One place for each: the reducers, the vision towers' selection (:mod:`prismatic_tr.vit`), the language model's
 pruning (:mod:`prismatic_tr.llm`) and the native model's generation import them from here.
@@ -51,3 +51,18 @@ def gather_rows(x: torch.Tensor, idx: torch.Tensor, offset: int = 0) -> torch.Te
         prefix = torch.arange(offset, device=idx.device).expand(idx.shape[0], offset)
         idx = torch.cat([prefix, idx + offset], dim=1)
     return gather_tokens(x, idx)
+
+
+def group_means(
+    patches: torch.Tensor, owner: torch.Tensor, k: int, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) tokens, (B, N) group of each (0 .. k - 1, every group of positive weight) -> (B, k, D) each
+    group's mean in ``patches``' dtype, weighted by ``weights`` (B, N) (None: 1 each), and (B, k) the groups' total
+    weights (their sizes), both accumulated in at least float32 (two scatter-adds)."""
+    b, n, d = patches.shape
+    acc = torch.promote_types(patches.dtype, torch.float32)
+    w = torch.ones(b, n, dtype=acc, device=patches.device) if weights is None else weights.to(acc)
+    sums = patches.new_zeros(b, k, d, dtype=acc)
+    sums = sums.scatter_add(1, owner.unsqueeze(-1).expand(b, n, d), patches.to(acc) * w.unsqueeze(-1))
+    totals = w.new_zeros(b, k).scatter_add(1, owner, w)
+    return (sums / totals.unsqueeze(-1)).to(patches.dtype), totals

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from prismatic_tr.reducers.tensor_ops import group_means
+
 __all__ = ["farthest_first_select", "hquota_merge", "merge_into_nearest", "received_attention"]
 
 
@@ -54,17 +56,16 @@ def merge_into_nearest(
     """Size-weighted merge of every token into its nearest kept token (kept tokens map to themselves).
 
     x (B, M, C), size (B, M, 1), dist (B, M, M), keep_idx (B, K) ascending -> x (B, K, C), size (B, K, 1).
-    The means are accumulated in ``promote_types(x.dtype, size.dtype)`` and returned in x's dtype.
+    The means and sizes are accumulated in at least float32 (:func:`~prismatic_tr.reducers.tensor_ops.group_means`),
+    returned in x's and size's dtypes.
     """
-    B, M, C = x.shape
+    B, M, _ = x.shape
     K = keep_idx.shape[1]
     assign = dist.gather(2, keep_idx.unsqueeze(1).expand(B, M, K)).argmin(dim=-1)  # (B, M) in [0, K)
     slots = torch.arange(K, device=x.device).expand(B, K)
     assign = assign.scatter(1, keep_idx, slots)
-    acc = torch.promote_types(x.dtype, size.dtype)
-    weighted = x.new_zeros(B, K, C, dtype=acc).scatter_add(1, assign.unsqueeze(-1).expand(B, M, C), x.to(acc) * size)
-    new_size = size.new_zeros(B, K, 1).scatter_add(1, assign.unsqueeze(-1), size)
-    return (weighted / new_size).to(x.dtype), new_size
+    merged, totals = group_means(x, assign, K, size[..., 0])
+    return merged, totals.unsqueeze(-1).to(size.dtype)
 
 
 def hquota_merge(

@@ -44,10 +44,11 @@ from prismatic_tr.reducers.config import ReducerConfig, check_fraction, num_kept
 from prismatic_tr.reducers.learned import LEARNED, CoverScorer, straight_through_gate
 from prismatic_tr.reducers.random_stream import KeyStream
 from prismatic_tr.reducers.registry import get_strategy, selection_methods
-from prismatic_tr.reducers.strategies.diverse_merge import group_means, nearest_owner
+from prismatic_tr.reducers.strategies.diverse_merge import nearest_owner
 from prismatic_tr.reducers.tensor_ops import (
     gather_rows,
     gather_tokens,
+    group_means,
     take_along,
     top_indices_after_prefix,
 )

@@ -24,7 +24,7 @@ from prismatic_tr.reducers.config import ReducerConfig, ReductionOutput
 from prismatic_tr.reducers.registry import register_strategy
 from prismatic_tr.reducers.strategies.diverse import max_min_order, score_diverse
 from prismatic_tr.reducers.strategies.selection import count_by_ratio
-from prismatic_tr.reducers.tensor_ops import gather_rows, top_indices
+from prismatic_tr.reducers.tensor_ops import gather_rows, group_means, top_indices
 
 
 def nearest_owner(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -36,21 +36,10 @@ def nearest_owner(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return sim.argmax(dim=-1).scatter(1, idx, own)  # a kept token is its own, also where another looks the same
 
 
-def group_means(patches: torch.Tensor, owner: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, N, D) tokens, (B, N) group of each (0 .. k - 1, every group non-empty) -> (B, k, D) each group's mean
-    in ``patches``' dtype, and (B, k) float32 the group sizes (summing to N)."""
-    b, n, d = patches.shape
-    sums = patches.new_zeros(b, k, d, dtype=torch.float32)
-    sums = sums.scatter_add(1, owner.unsqueeze(-1).expand(b, n, d), patches.float())
-    counts = patches.new_zeros(b, k, dtype=torch.float32).scatter_add(
-        1, owner, torch.ones(b, n, dtype=torch.float32, device=patches.device))
-    return (sums / counts.unsqueeze(-1)).to(patches.dtype), counts
-
-
 def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, N, D) tokens, (B, K) kept indices -> (B, K, D) each kept token the mean of the tokens whose nearest kept
-    token (:func:`nearest_owner`) it is, itself included, in ``patches``' dtype; and (B, K) float32 how many tokens
-    each mean is of (>= 1, summing to N)."""
+    token (:func:`nearest_owner`) it is, itself included, in ``patches``' dtype; and (B, K) how many tokens each
+    mean is of (>= 1, summing to N; float32, float64 for float64 tokens)."""
     return group_means(patches, nearest_owner(patches, idx), idx.shape[1])
 
 
