@@ -80,7 +80,7 @@ def test_the_metaworld_pages_prose_figures_equal_their_files() -> None:
     assert f"its test, reported only, {rate:.1f} %: reach falls to {100 * test['reach-v3']['success_rate']:.0f} %" in page
     shipped_run = json.loads((shipped / "finetune_projector-0.1-onpolicy-lora" / "evaluation.json").read_text())
     chosen = shipped_run["selection"]["chosen"]
-    assert f"against the shipped adapter's {next(c['successes'] for c in shipped_run['selection']['candidates'] if c['checkpoint'] == chosen)}" in page
+    assert f"against the 600-step adapter's {next(c['successes'] for c in shipped_run['selection']['candidates'] if c['checkpoint'] == chosen)}" in page
     attention = {r["camera"]: r for r in json.loads((RESULTS / "metaworld" / "recall" / "recall.json").read_text())[
         "attention"] if r["task"] == "all"}
     corner = attention["corner3"]
@@ -121,6 +121,18 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
         plain = " / ".join(f"{rate(named.format(k).replace('diverse_merge', 'diverse')):.1f}" for k in keeps)
         assert (f"on the test split {merged} % against {rate('none'):.1f} % unreduced ({under} points under it; "
                 f"{plain_name} {plain} %)") in page, folder
+    later = records(shipped / "validation_vision_merge_depth" / "results.json")  # the vision merge cut later
+    at_half = " / ".join(f"{100 * later[f'vision:diverse_merge:{k}@0.5']['successes'] / 100:.0f}" for k in keeps)
+    assert all(r["episodes"] == 100 for r in later.values())
+    assert f"was no better on validation: {at_half} % at keep 0.5 / 0.25 / 0.1" in page
+    for folder, name in (("finetune_vision-merge-0.1-0.25-onpolicy-lora", "`vision:diverse_merge:0.1@0.25`"),
+                         ("finetune_projector-merge-0.1-onpolicy-lora", "`diverse_merge:0.1` at the projector site")):
+        run = json.loads((shipped / folder / "evaluation.json").read_text())  # a shipped adapter's recipe record
+        tasks = run["evaluation"]["test"]["tasks"].values()
+        got = 100 * sum(t["successes"] for t in tasks) / sum(t["episodes"] for t in tasks)
+        sel = run["selection"]
+        step, val = next((c["step"], c["successes"]) for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
+        assert f"{name} **{got:.1f} %**" in page and f"step {step}, {val} % on validation" in page, folder
     for speed in (shipped / "speed_merge", shipped / "speed_vision_merge"):  # each site's speed README
         readme = " ".join((speed / "README.md").read_text().split())
         for name, column in (("policy", 0), ("cpu-bench-oft", 1)):
