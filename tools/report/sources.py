@@ -192,6 +192,7 @@ def source_files(root: Path = ROOT) -> list[Path]:
     found = [root / p for p in fixed]
     found += [root / ADAPTERS / n / "record.json" for n in adapters]
     found += [p for run in sorted(runs) for p in sorted((root / FINETUNE / run).glob("eval_test*.json"))]
+    found += sorted((root / FINETUNE).glob("*/record.json"))  # how an adapter's run folder is found
     found += [f for kind in OFT_POLICY for f in oft_policy_files(root, kind)]
     found += metaworld_table_files(root) + metaworld_finetune_files(root) + serve_report_files(root)
     found += command_timing_files(root) + [root / METAWORLD_RECALL] + sorted((root / ADAPTERS).glob("*/record.json"))
@@ -209,10 +210,16 @@ def by_setting(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _adapter_run(root: Path, name: str) -> str:
-    """The fine-tuning run adapter ``name`` came from (its record.json's ``source_checkpoint``:
-    ``outputs/finetune_reduced/<run>/...``), whose records are in ``benchmarks/results/finetune_reduced/<run>``."""
-    parts = Path(read_json(root / ADAPTERS / name / "record.json")["source_checkpoint"]).parts
-    return parts[parts.index("finetune_reduced") + 1]
+    """The fine-tuning run adapter ``name`` came from: the folder of ``benchmarks/results/finetune_reduced/`` whose
+    ``record.json`` (copied there by ``scripts/finetune_reduced.sh``) names the adapter's ``source_checkpoint``, wherever
+    the run's outputs were (``OUT_DIR``)."""
+    source = read_json(root / ADAPTERS / name / "record.json")["source_checkpoint"]
+    runs = [d.name for d in sorted((root / FINETUNE).iterdir())
+            if (d / "record.json").is_file() and read_json(d / "record.json").get("source_checkpoint") == source]
+    if len(runs) != 1:
+        raise ValueError(f"adapter {name!r} comes from {source!r}, which {len(runs)} run folders of "
+                         f"{str(root / FINETUNE)!r} record ({runs}); exactly one should")
+    return runs[0]
 
 
 def _adapter_test(root: Path, name: str) -> dict[str, Any]:
