@@ -82,7 +82,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "prismatic_tr" / "assets"
 
 def test_one_setting_type_frozen_validated_once_and_reading_the_shipped_files() -> None:
     """A spec, the API's settings, a checkpoint's stored dict and fine-tuning's config are one immutable type; the
-    shipped adapters' files (written with v0.3's key ``reduction_ratio``) read unchanged."""
+    shipped adapters' files (written with v0.3's key ``reduction_ratio`` or today's ``keep_ratio``) read unchanged."""
     assert TokenReductionSettings is Setting and isinstance(TokenReductionConfig(spec="diverse:0.1").settings(), Setting)
     setting = parse_setting("vision:diverse:0.1@0.25")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -97,7 +97,10 @@ def test_one_setting_type_frozen_validated_once_and_reading_the_shipped_files() 
     for name, label in shipped.items():
         stored = json.loads((ASSETS / "adapters" / name / "token_reduction.json").read_text())
         read = Setting.from_dict(stored)
-        assert read.keep_ratio == stored["reduction_ratio"] and setting_of([read]).label == read.label == label
+        keep = stored.get("keep_ratio", stored.get("reduction_ratio"))
+        assert keep is not None and read.keep_ratio == keep and setting_of([read]).label == read.label == label
+    v03 = {"method": "diverse", "reduction_ratio": 0.1, "site": "vision", "depth_fraction": 0.25}  # v0.3's key
+    assert Setting.from_dict(v03) == parse_setting("vision:diverse:0.1@0.25").reductions()[0]
     with pytest.raises(ValueError, match=r"unknown token_reduction keys \['ratio'\]"):
         Setting.from_dict({"ratio": 0.5})
     # one default per field: the spec, the API and fine-tuning agree (spatial_pool's window, the fraction kept)
