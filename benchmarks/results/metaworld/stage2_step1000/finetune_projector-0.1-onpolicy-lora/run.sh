@@ -1,6 +1,6 @@
 #!/bin/bash
 # issue 48: a LoRA adapter (rank 32, heads whole) of the shipped MetaWorld policy for diverse:0.1, on round 1's on-policy episodes (40 a task), shipped
-cd /work/main
+cd "$(dirname "$0")/../../../../.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa
 exec taskset -c ${CORE:-0} .venv/bin/python vla_scripts/train_metaworld_policy.py --output_dir /work/runs/mw/lora_proj \
   --init_oft prismatic_tr/assets/metaworld_policy --setting diverse:0.1 --onpolicy_episodes 40 \

@@ -1,6 +1,6 @@
 #!/bin/bash
 # issue 48: a second round of on-policy self-distillation: round 1's fine-tune drives under diverse:0.1, the shipped policy labels
-cd /work/main
+cd "$(dirname "$0")/../../../../.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa
 exec taskset -c 0 .venv/bin/python vla_scripts/train_metaworld_policy.py --output_dir /work/runs/mw/onp2_proj \
   --init_oft /work/runs/mw/onp_proj/policy --onpolicy_teacher prismatic_tr/assets/metaworld_policy \
