@@ -81,6 +81,26 @@ def evaluation_record(outcomes: Sequence[EpisodeOutcome], split: str | None = No
             "failed_seeds": failed}
 
 
+def record_successes(record: dict[str, Any]) -> dict[int, bool]:
+    """``{seed: succeeded}`` for every episode of an :func:`evaluation_record` (the inverse of its seeds and failed
+    seeds; ``failed_seeds`` may also be one list, as records written before the outcomes were split). ValueError
+    when the record cannot give them: its ``episodes`` are not the consecutive seeds it spans, or a failed seed lies
+    outside them."""
+    first, last = record.get("seeds") or (0, -1)
+    seeds = range(int(first), int(last) + 1)
+    if len(seeds) != record["episodes"]:
+        raise ValueError(f"a record of {record['episodes']} episodes spanning seeds {record.get('seeds')} does not "
+                         "name each episode's seed; only consecutive seeds can be read back")
+    held = record["failed_seeds"]
+    failed = set(held) if isinstance(held, list) else {s for group in held.values() for s in group}
+    if not failed <= set(seeds):
+        raise ValueError(f"failed seeds {sorted(failed - set(seeds))} lie outside the record's seeds {first}-{last}")
+    if len(seeds) - len(failed) != record["successes"]:
+        raise ValueError(f"the record counts {record['successes']} successes, its failed seeds leave "
+                         f"{len(seeds) - len(failed)}")
+    return {s: s not in failed for s in seeds}
+
+
 def policy_actions(vla: nn.Module, processor: object, envs: list[TabletopEnv], images: list[np.ndarray],
                  unnorm_key: str) -> np.ndarray:
     """(n, 7) actions for the episodes' current images, one batched predict_action."""

@@ -133,6 +133,19 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
         sel = run["selection"]
         step, val = next((c["step"], c["successes"]) for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
         assert f"{name} **{got:.1f} %**" in page and f"step {step}, {val} % on validation" in page, folder
+    # the paired costs the page quotes against issue 48's bounds: the table's column, recomputed from the episodes
+    from tools.report.metaworld import paired_change
+
+    unreduced = test["none"]["tasks"]
+    for setting in ("diverse_merge:0.5", "vision:diverse_merge:0.5@0.25", "diverse_merge:0.25",
+                    "vision:diverse_merge:0.25@0.25"):
+        diff, interval = paired_change(unreduced, test[setting]["tasks"]).split(" ", 1)
+        assert re.search(rf"`{re.escape(setting)}` costs {re.escape(diff.lstrip('-'))}( points)? {re.escape(interval)}",
+                         page), setting
+    for folder, name in (("finetune_vision-merge-0.1-0.25-onpolicy-lora", "the vision one"),
+                         ("finetune_projector-merge-0.1-onpolicy-lora", "the projector one")):
+        run = json.loads((shipped / folder / "evaluation.json").read_text())
+        assert f"{name} {paired_change(unreduced, run['evaluation']['test']['tasks'])}" in page, folder
     for speed in (shipped / "speed_merge", shipped / "speed_vision_merge"):  # each site's speed README
         readme = " ".join((speed / "README.md").read_text().split())
         for name, column in (("policy", 0), ("cpu-bench-oft", 1)):

@@ -114,3 +114,18 @@ def test_evaluate_fidelity_runner() -> None:
     assert outs.logits.shape == (18, 5) and outs.features.shape == (18, 8) and outs.labels.shape == (18,)
     with pytest.raises(ValueError):
         collect_outputs(model, [])
+
+
+def test_paired_difference_interval_matches_newcombes_worked_example_and_its_symmetries() -> None:
+    from prismatic_tr.eval.intervals import paired_difference_interval
+
+    # Newcombe (1998, Statistics in Medicine 17, 2635-2650), table II example (a): 36 / 12 / 2 / 0, method 10
+    diff, low, high = paired_difference_interval(36, 12, 2, 0)
+    assert diff == pytest.approx(0.2) and (low, high) == pytest.approx((0.0569, 0.3404), abs=5e-5)
+    assert paired_difference_interval(36, 2, 12, 0) == pytest.approx((-0.2, -0.3404, -0.0569), abs=5e-5)
+    same, lo, hi = paired_difference_interval(0, 0, 0, 20)   # every trial failed both times
+    assert same == 0.0 and lo == pytest.approx(-hi) and 0 < hi < 0.2
+    assert paired_difference_interval(5, 0, 0, 0)[1:] == pytest.approx((-0.4345, 0.4345), abs=5e-5)
+    for counts in ((0, 0, 0, 0), (1, -1, 0, 0)):
+        with pytest.raises(ValueError, match="paired counts"):
+            paired_difference_interval(*counts)

@@ -22,6 +22,7 @@ from helpers.metaworld import MISSING, needs_metaworld
 from helpers.oft_fixtures import write_tiny_base
 
 from prismatic_tr.envs.metaworld.tasks import STATE_FIELDS
+from prismatic_tr.eval.intervals import paired_difference_interval, wilson_interval
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS, evaluate_metaworld_settings
 from prismatic_tr.policy.metaworld_records import provenance
 from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers, worker_threads
@@ -381,8 +382,8 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
     assert len(lines) == 2 + 2 + 2 + 2 + 1 + 7 and lines[-1].startswith(cells.ADAPTER_MARK)
     assert "| newer |" in lines[3] and "| the policy |" in lines[5]   # each policy's fine-tunes after its rows
     assert lines[6] == (f"| `diverse:0.1` | {base}, fine-tuned with it: 600 steps on the expert's demonstrations, "
-                        "step 600 chosen on validation | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | "
-                        "1.37x" + cells.ADAPTER_MARK + " |")
+                        "step 600 chosen on validation | 512 -> 52 in the LLM | 70 % | 35/50, **70.0 %** (56-81 %) | - | "
+                        "1.37x" + cells.ADAPTER_MARK + " |")   # no seeds recorded: nothing to pair
     assert "300 steps on on-policy episodes (40 a task, labelled by the policy unreduced)" in lines[7]
     plain = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={base: [table]}, metaworld_finetunes={},
                                                       shipped_adapters={}))
@@ -392,6 +393,38 @@ def test_the_readme_table_adds_a_row_per_recipe_fine_tune_with_its_settings_spee
         base: [finetune, other]}, shipped_adapters={"/c/step_600": "mw-adapter"})).splitlines()
     assert "step 600 chosen on validation, shipped as `mw-adapter` |" in shipped[4]  # the adapter made from it
     assert "shipped as" not in shipped[5]                                             # chose no shipped checkpoint
+
+
+def test_each_row_gives_its_cost_against_unreduced_on_the_same_episodes_with_a_paired_interval() -> None:
+    def task(failed: list[int], first: int = 3_000_000) -> dict:
+        return {"episodes": 50, "seeds": [first, first + 49], "successes": 50 - len(failed),
+                "success_rate": (50 - len(failed)) / 50, "failed_seeds": {"timeout": failed, "wrong_object": []}}
+    base, lost = list(range(3_000_000, 3_000_004)), list(range(3_000_000, 3_000_010))
+    def record(label: str, failed: list[int]) -> dict:
+        return {"setting": label, "num_patches": 512, "tasks": {"reach-v3": task(failed)}, "successes": 50 - len(failed),
+                "episodes": 50, "mean_success_rate": (50 - len(failed)) / 50, "predict_action_speedup": 1.0}
+    table = {"meta": {"trained_with": None, **META},
+             "records": [record("none", base), record("diverse:0.1", lost), record("diverse:0.5", base)]}
+    finetune = {"setting": "diverse:0.1", "config": {"max_steps": 600},
+                "selection": {"chosen": "/c/step_600", "candidates": [{"step": 600, "checkpoint": "/c/step_600"}]},
+                "evaluation": {"test": {"tasks": {"reach-v3": task(base[1:])}, "mean_success_rate": 0.94}}}
+    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"p": [table]}, metaworld_finetunes={
+        "p": [finetune]}, shipped_adapters={})).splitlines()
+    paired = [line.split(" | ")[-2] for line in lines[2:6]]   # none, diverse:0.5, diverse:0.1, the fine-tune
+    assert paired[0] == "-" and paired[1] == "0.0 (-7.1 to +7.1)"   # the same episodes lost: no cost, both ways
+    # keep 0.1 lost 6 episodes the unreduced policy solved and won none back (counts: both, only the setting, only
+    # unreduced, neither): -12 points, and the pairing keeps its interval below 0, narrower than that of two
+    # independent samples (Newcombe's square-and-add of the Wilson intervals: -25.9 to +1.9)
+    assert paired[2] == cells.points_change(*paired_difference_interval(40, 0, 6, 4)) == "-12.0 (-23.4 to -2.0)"
+    (l1, u1), (l2, u2) = wilson_interval(40, 50), wilson_interval(46, 50)
+    independent = (-0.12 - ((0.8 - l1) ** 2 + (u2 - 0.92) ** 2) ** 0.5, -0.12 + ((0.92 - l2) ** 2 + (u1 - 0.8) ** 2) ** 0.5)
+    assert cells.points_change(-0.12, *independent) == "-12.0 (-25.9 to +1.9)"
+    assert paired[3] == cells.points_change(*paired_difference_interval(46, 1, 0, 3))   # the fine-tune won one back
+    shifted = {**table, "records": [table["records"][0], {**record("diverse:0.1", []), "tasks": {
+        "reach-v3": task([], first=4_000_000)}}]}
+    lines = metaworld.metaworld_table(SimpleNamespace(metaworld_tables={"p": [shifted]}, metaworld_finetunes={},
+                                                      shipped_adapters={})).splitlines()
+    assert lines[3].split(" | ")[-2] == "-"      # other episodes than the unreduced row's: nothing to pair
 
 
 def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(

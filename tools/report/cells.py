@@ -34,6 +34,16 @@ def success_exact(rec: dict[str, Any] | None) -> str:
             f"{100 * rec['success_ci_high']:.1f} %)")
 
 
+def points_change(diff: float, low: float, high: float) -> str:
+    """``-1.4 (-3.3 to +0.5)``: a difference of success rates and its interval, in percentage points (a value that
+    rounds to zero reads ``0.0``, unsigned)."""
+    def signed(x: float) -> str:
+        text = f"{100 * x:+.1f}"
+        return "0.0" if text in ("+0.0", "-0.0") else text
+
+    return f"{signed(diff)} ({signed(low)} to {signed(high)})"
+
+
 SLOWER = " (slower)"
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from prismatic_tr.policy.checkpoint_choice import LAST
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
-from tools.report.cells import ADAPTER_MARK, cpu_words, pct, speedup, table_lines
+from tools.report.cells import ADAPTER_MARK, cpu_words, pct, points_change, speedup, table_lines
 from tools.report.sources import METAWORLD_RUNS, Sources
 
 
@@ -48,7 +48,8 @@ def metaworld_table(src: Sources) -> str:
             for i, run in enumerate(tables) for r in run["records"] if i == 0 or r["setting"] != "none"]
     runs.sort(key=lambda x: (list(sets).index(x[0]), order.get(x[2]["setting"], len(order))))
     tasks = list(runs[0][2]["tasks"])
-    header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean", "End to end"]
+    header = ["Setting", "Model", "Visual tokens", *(t.removesuffix("-v3") for t in tasks), "Mean",
+              "Against unreduced, points (paired 95 %)", "End to end"]
 
     def tokens(r: dict[str, Any]) -> str:
         kept = r.get("llm_visual_tokens", r["num_patches"])
@@ -66,8 +67,11 @@ def metaworld_table(src: Sources) -> str:
 
     rows, finetuned = [], 0
     for policy in sets:
+        unreduced = next(r["tasks"] for p, m, r in runs if p == policy and r["setting"] == "none")
         rows += [[f"`{r['setting']}`", model(p, m), tokens(r), *(pct(r["tasks"][t]["success_rate"]) for t in tasks),
-                  mean(r["successes"], r["episodes"]), speed(r)] for p, m, r in runs if p == policy]
+                  mean(r["successes"], r["episodes"]),
+                  "-" if r["setting"] == "none" else paired_change(unreduced, r["tasks"]), speed(r)]
+                 for p, m, r in runs if p == policy]
         training_free = {r["setting"]: r for p, m, r in runs if m == "none" and p == policy}
         for f in src.metaworld_finetunes.get(policy, []):
             test, base = f["evaluation"]["test"], training_free.get(f["setting"])
@@ -75,9 +79,13 @@ def metaworld_table(src: Sources) -> str:
                          tokens(base) if base else "-", *(pct(test["tasks"][t]["success_rate"]) for t in tasks),
                          mean(sum(test["tasks"][t]["successes"] for t in tasks),
                               sum(test["tasks"][t]["episodes"] for t in tasks)),
-                         speed(base) + ADAPTER_MARK if base else "-"])
+                         paired_change(unreduced, test["tasks"]), speed(base) + ADAPTER_MARK if base else "-"])
             finetuned += 1
-    notes = ["Mean: successes pooled over the tasks (Wilson 95 %)."]
+    notes = ["Mean: successes pooled over the tasks (Wilson 95 %). Against unreduced: the row's success minus the same "
+             "policy's unreduced success on the same episodes, in percentage points, with the 95 % interval of a "
+             "difference measured on paired episodes (Newcombe's method 10, "
+             "`prismatic_tr.eval.intervals.paired_difference_interval`): an interval that holds 0 is a cost the "
+             "500 episodes cannot tell from none."]
     for policy, tables in sets.items():
         meta = tables[0]["meta"]
         timed = meta["config"]["timing_runs"]
@@ -90,6 +98,28 @@ def metaworld_table(src: Sources) -> str:
     if finetuned:
         notes.append(f"{ADAPTER_MARK} the training-free row's speed: fine-tuning changes the weights, not the shapes.")
     return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
+
+
+def paired_change(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> str:
+    """``-1.4 (-3.3 to +0.5)``: ``other``'s success minus ``base``'s over the episodes both ran (per-task evaluation
+    records, paired by task and seed), in points with the paired 95 % interval; ``-`` when they share no episode or
+    a record names no seeds (it cannot be paired)."""
+    from prismatic_tr.eval.intervals import paired_difference_interval
+    from prismatic_tr.policy.closed_loop import record_successes
+
+    def outcomes(tasks: dict[str, dict[str, Any]]) -> dict[tuple[str, int], bool]:
+        return {(task, seed): won for task, rec in tasks.items() if "failed_seeds" in rec
+                for seed, won in record_successes(rec).items()}
+
+    if not all("failed_seeds" in rec for rec in (*base.values(), *other.values())):
+        return "-"
+    first, second = outcomes(other), outcomes(base)
+    shared = first.keys() & second.keys()
+    if not shared:
+        return "-"
+    counts = [sum(first[k] == x and second[k] == y for k in shared) for x, y in
+              ((True, True), (True, False), (False, True), (False, False))]
+    return points_change(*paired_difference_interval(*counts))
 
 
 def _shipped(src: Sources, record: dict[str, Any]) -> str:
