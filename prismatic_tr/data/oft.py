@@ -151,13 +151,14 @@ class OFTChunkSources:
         return self.sources[0].decode(ds)
 
 
-def oft_statistics(source: OFTChunkSource, dataset_name: str) -> dict[str, Any]:
-    """OFT's ``dataset_statistics.json`` content for the split: OpenVLA's action block (gripper not normalised)
-    plus a ``"proprio"`` block (every dimension normalised)."""
+def oft_statistics(source: OFTChunkSource | OFTChunkSources, dataset_name: str) -> dict[str, Any]:
+    """OFT's ``dataset_statistics.json`` content for the split (of every source, aggregated): OpenVLA's action block
+    (gripper not normalised) plus a ``"proprio"`` block (every dimension normalised)."""
     from prismatic_tr.data.statistics import action_statistics
 
-    actions = np.concatenate(list(source.rlds.iter_actions()), 0)
-    states = np.concatenate(list(source.iter_states()), 0)
+    parts = source.sources if isinstance(source, OFTChunkSources) else [source]
+    actions = np.concatenate([a for part in parts for a in part.rlds.iter_actions()], 0)
+    states = np.concatenate([x for part in parts for x in part.iter_states()], 0)
     return {dataset_name: {"action": action_statistics(actions), "proprio": action_statistics(states,
                                                                                               [True] * states.shape[1]),
                            "num_transitions": int(actions.shape[0]), "num_trajectories": source.num_episodes}}

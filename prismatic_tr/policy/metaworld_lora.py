@@ -7,7 +7,8 @@ The recipe's fine-tunes train the whole policy (8.5 MB a checkpoint); an adapter
 setting (:mod:`prismatic_tr.policy.adapters`: LoRA on the towers, projector and Llama, the action head and proprio
 projector whole, in OFT's files). With ``--lora_rank`` the recipe trains with the trainer the tabletop adapters are
 made with (:func:`prismatic_tr.training.loop.finetune`, ``vla_scripts/finetune.py``): the same data (the on-policy
-episodes or the demonstrations in ``<output_dir>/data``), the setting attached, L1 on the chunk, the policy's own
+episodes or the demonstrations in ``<output_dir>/data``, and earlier on-policy rounds named by
+``--onpolicy_aggregate``: the trainer's ``aggregate_data_roots``), the setting attached, L1 on the chunk, the policy's own
 statistics, the recipe's batch, steps, rate, warm-up and cosine schedule. Its checkpoints hold the merged policy, so
 the recipe chooses on validation and tests them as any other; the chosen one's adapter is then written to
 ``<output_dir>/adapter`` (float16, with its record: :func:`~prismatic_tr.policy.adapters.install_adapter`) and,
@@ -30,8 +31,8 @@ EVALUATION = "evaluation.json"   # the recipe's record of the run, shipped besid
 
 def check_lora_flags(cfg: Any) -> None:
     """``--lora_rank``'s companions, before any work (ValueError naming the first bad one): an integer >= 0; with
-    a rank, a policy to adapt (``--init_oft``), a setting that reduces, one data root (no ``--onpolicy_aggregate``)
-    and no stage 2."""
+    a rank, a policy to adapt (``--init_oft``), a setting that reduces and no stage 2 (earlier on-policy rounds,
+    ``--onpolicy_aggregate``, train beside this one's as for the whole policy)."""
     from prismatic_tr.cli import check_int_flag
 
     check_int_flag("lora_rank", cfg.lora_rank, 0)
@@ -40,9 +41,6 @@ def check_lora_flags(cfg: Any) -> None:
     if cfg.init_oft is None or not cfg.parsed_setting.reductions():
         raise ValueError(f"--lora_rank {cfg.lora_rank} makes an adapter of a policy for a setting: give --init_oft "
                          f"and a --setting that reduces (got {cfg.init_oft}, {cfg.setting!r})")
-    if cfg.onpolicy_aggregate:
-        raise ValueError(f"--lora_rank {cfg.lora_rank} trains on one data root; omit --onpolicy_aggregate "
-                         f"({cfg.onpolicy_aggregate})")
     if (cfg.refine.max_steps or 0) > 0:
         raise ValueError(f"--lora_rank {cfg.lora_rank} has no stage 2: omit --refine.max_steps")
 
@@ -53,6 +51,7 @@ def finetune_config(cfg: Any, data_root: Path, dataset: str) -> Any:
 
     return FinetuneConfig(
         vla_path=str(cfg.init_oft), data_root_dir=data_root, dataset_name=dataset,
+        aggregate_data_roots=[Path(root) for root in cfg.onpolicy_aggregate],
         run_root_dir=cfg.output_dir / RUNS, batch_size=cfg.batch_size, max_steps=cfg.max_steps,
         save_steps=cfg.save_steps, save_latest_checkpoint_only=False, learning_rate=cfg.learning_rate,
         lr_schedule="cosine", lr_warmup_steps=cfg.lr_warmup_steps, bf16_autocast=cfg.autocast(),

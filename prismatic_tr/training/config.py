@@ -138,6 +138,9 @@ class FinetuneConfig:
     data_root_dir: Path = Path("datasets/open-x-embodiment")  # holds <dataset_name>/<version>/
     dataset_name: str = "droid_wipe"                        # RLDS dataset to fine-tune on
     split: str = "train"                                    # tfds split
+    aggregate_data_roots: list[Path] = field(default_factory=list)  # further roots holding <dataset_name> whose
+                                                            #   steps train beside data_root_dir's (OpenVLA-OFT
+                                                            #   policies: DAgger's aggregation of on-policy rounds)
     run_root_dir: Path = Path("runs")                       # run directories (checkpoints, logs) go here
     adapter_tmp_dir: Path | None = None                     # adapter weights here (default: <checkpoint>/adapter)
     resume_from: Path | None = None                         # a checkpoint directory written by this script
@@ -189,6 +192,11 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         self.data_root_dir, self.run_root_dir = Path(self.data_root_dir), Path(self.run_root_dir)
+        self.aggregate_data_roots = [Path(root) for root in self.aggregate_data_roots]
+        for root in self.aggregate_data_roots:
+            if root.resolve() == self.data_root_dir.resolve() or not (root / self.dataset_name).is_dir():
+                raise ValueError(f"aggregate_data_roots entry {str(root)!r} is not allowed; name other data roots "
+                                 f"than data_root_dir, each holding {self.dataset_name}/<version>/")
         for name in ("batch_size", "max_steps", "save_steps", "grad_accumulation_steps", "lora_rank", "log_every",
                      "shuffle_buffer_size"):
             value = getattr(self, name)

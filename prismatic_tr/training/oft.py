@@ -30,7 +30,13 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from prismatic_tr.data import ImageAugmentation, RLDSIterableDataset
-from prismatic_tr.data.oft import OFTChunkSource, OFTChunkTransform, OFTCollator, oft_statistics
+from prismatic_tr.data.oft import (
+    OFTChunkSource,
+    OFTChunkSources,
+    OFTChunkTransform,
+    OFTCollator,
+    oft_statistics,
+)
 from prismatic_tr.models.oft import predict_chunk
 from prismatic_tr.training.checkpoint import load_trainer_state
 from prismatic_tr.training.config import FinetuneConfig
@@ -42,10 +48,13 @@ from prismatic_tr.training.step import accumulated_step
 ChunkLoss = Any  # (predicted chunk (B, chunk, A), batch) -> () tensor
 
 
-def _source(cfg: FinetuneConfig, vla: nn.Module) -> OFTChunkSource:
+def _source(cfg: FinetuneConfig, vla: nn.Module) -> OFTChunkSource | OFTChunkSources:
+    """The policy's chunks of ``data_root_dir``'s dataset, and of every ``aggregate_data_roots`` one after it."""
     s = vla.oft
-    return OFTChunkSource(cfg.data_root_dir, cfg.dataset_name, cfg.split, s.num_actions_chunk,
-                          vla.vision_backbone.get_num_images_in_input(), s.action_dim)
+    sources = [OFTChunkSource(root, cfg.dataset_name, cfg.split, s.num_actions_chunk,
+                              vla.vision_backbone.get_num_images_in_input(), s.action_dim)
+               for root in (cfg.data_root_dir, *cfg.aggregate_data_roots)]
+    return OFTChunkSources(sources) if len(sources) > 1 else sources[0]
 
 
 def plan_oft_data(cfg: FinetuneConfig, vla: nn.Module, world_size: int) -> DataPlan:

@@ -67,7 +67,12 @@ def vla_action_statistics(vla_path: str, dataset_name: str) -> dict[str, Any]:
 
 def plan_data(cfg: FinetuneConfig, world_size: int) -> DataPlan:
     """Open and validate the dataset, get its statistics (from the resume checkpoint or the data; the action
-    statistics from ``vla_path`` with ``norm_stats_from_vla``), check batch."""
+    statistics from ``vla_path`` with ``norm_stats_from_vla``), check batch. ValueError with
+    ``aggregate_data_roots``, which only an OpenVLA-OFT policy's data reads (:mod:`prismatic_tr.training.oft`)."""
+    if cfg.aggregate_data_roots:
+        raise ValueError(f"aggregate_data_roots={[str(r) for r in cfg.aggregate_data_roots]} trains several rounds "
+                         "of an OpenVLA-OFT policy's data together; an OpenVLA policy trains on data_root_dir only: "
+                         "omit it")
     source = RLDSSource(cfg.data_root_dir, cfg.dataset_name, cfg.split)
     stats: dict[str, Any] | None = None
     if cfg.resume_from is not None:

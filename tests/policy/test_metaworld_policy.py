@@ -198,10 +198,20 @@ def test_a_lora_fine_tune_is_an_adapter_of_a_policy_for_a_setting_and_its_traine
     assert (ft.token_reduction.site, ft.token_reduction.keep_ratio, ft.token_reduction.depth_fraction) == \
         ("vision", 0.1, 0.25)
     assert ft.run_root_dir == tmp_path / "ok" / "runs" and ft.data_root_dir == tmp_path / "ok" / "data"
+    assert ft.aggregate_data_roots == []
+    # an earlier round of the same job trains beside this one's episodes, as for the whole policy
+    from prismatic_tr.policy.metaworld_onpolicy import onpolicy_job
+
+    round1 = tmp_path / "round1" / "data"
+    (round1 / "metaworld_mt10").mkdir(parents=True)
+    (round1 / "metaworld_mt10" / "onpolicy.json").write_text(json.dumps({"job": onpolicy_job(cfg).identity()}))
+    more = train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "more"), *flags, "--onpolicy_seed",
+                                                "100003", "--onpolicy_aggregate", f"[{round1}]"])
+    assert finetune_config(more, tmp_path / "more" / "data", "metaworld_mt10").aggregate_data_roots == [round1]
     for argv, match in ((["--lora_rank", "8"], "give --init_oft and a --setting that reduces"),
                         ([*flags[:2], "--lora_rank", "8"], "a --setting that reduces"),
                         ([*flags, "--lora_rank", "-1"], "--lora_rank -1"),
-                        ([*flags, "--onpolicy_aggregate", f"[{tmp_path}]"], "omit --onpolicy_aggregate")):
+                        ([*flags, "--onpolicy_aggregate", f"[{tmp_path}]"], "holds no finished on-policy round")):
         with pytest.raises(SystemExit) as exc:
             train_metaworld_policy.parse_config(["--output_dir", str(tmp_path / "bad"), *argv])
         assert exc.value.code == 2 and match in capsys.readouterr().err, argv

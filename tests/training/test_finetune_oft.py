@@ -183,6 +183,32 @@ def test_the_policys_own_statistics_are_kept_when_asked(demos: Path, tiny_oft: P
         prepare(oft_cfg(demos, no_proprio, tmp_path, norm_stats_from_vla=True), init_distributed())
 
 
+def test_earlier_rounds_train_beside_the_data_root(demos: Path, tiny_oft: Path, base: Path, tmp_path: Path) -> None:
+    """aggregate_data_roots (DAgger's aggregation, as the MetaWorld adapters' --onpolicy_aggregate uses it): the
+    plan counts every root's steps and the statistics are those of all of them; a root that is the data root
+    itself or holds no such dataset is refused on the config, and an OpenVLA policy's data refuses the field."""
+    import shutil
+
+    from prismatic_tr.data.oft import OFTChunkSource, oft_statistics
+
+    again = tmp_path / "round2"
+    shutil.copytree(demos, again)
+    alone = prepare(oft_cfg(demos, tiny_oft, tmp_path), init_distributed())
+    both = prepare(oft_cfg(demos, tiny_oft, tmp_path, aggregate_data_roots=[again]), init_distributed())
+    assert both.plan.num_transitions == 2 * alone.plan.num_transitions
+    stats, one = both.plan.stats[DATASET], oft_statistics(OFTChunkSource(demos, DATASET), DATASET)[DATASET]
+    assert stats["num_trajectories"] == 2 * one["num_trajectories"]
+    assert stats["action"]["q99"] == pytest.approx(one["action"]["q99"])   # the same steps twice: the same bounds
+    assert sum(1 for _ in itertools.islice(both.task.loader(both, seed=0), 3)) == 3
+    for bad in (demos, tmp_path / "empty"):
+        with pytest.raises(ValueError, match="aggregate_data_roots entry"):
+            oft_cfg(demos, tiny_oft, tmp_path, aggregate_data_roots=[bad])
+    from prismatic_tr.training.preflight import plan_data
+
+    with pytest.raises(ValueError, match="an OpenVLA policy trains on data_root_dir only"):
+        plan_data(oft_cfg(demos, base, tmp_path, aggregate_data_roots=[again]), world_size=1)
+
+
 @pytest.mark.parametrize("extra, match", [
     (["--use_quantization", "true"], "use_quantization=True is not built for OpenVLA-OFT"),
     (["--batch_size", "100000"], "batch_size=100000 does not fit"),
