@@ -126,7 +126,7 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
     assert all(r["episodes"] == 100 for r in later.values())
     assert f"was no better on validation: {at_half} % at keep 0.5 / 0.25 / 0.1" in page
     for folder, name in (("finetune_vision-merge-0.1-0.25-onpolicy-lora", "`vision:diverse_merge:0.1@0.25`"),
-                         ("finetune_projector-merge-0.1-onpolicy-lora", "`diverse_merge:0.1` at the projector site")):
+                         ("finetune_projector-merge-0.1-onpolicy-lora-seed1", "`diverse_merge:0.1` at the projector site")):
         run = json.loads((shipped / folder / "evaluation.json").read_text())  # a shipped adapter's recipe record
         tasks = run["evaluation"]["test"]["tasks"].values()
         got = 100 * sum(t["successes"] for t in tasks) / sum(t["episodes"] for t in tasks)
@@ -143,7 +143,7 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
         assert re.search(rf"`{re.escape(setting)}` costs {re.escape(diff.lstrip('-'))}( points)? {re.escape(interval)}",
                          page), setting
     for folder, name in (("finetune_vision-merge-0.1-0.25-onpolicy-lora", "the vision one"),
-                         ("finetune_projector-merge-0.1-onpolicy-lora", "the projector one")):
+                         ("finetune_projector-merge-0.1-onpolicy-lora-seed1", "the projector one")):
         run = json.loads((shipped / folder / "evaluation.json").read_text())
         assert f"{name} {paired_change(unreduced, run['evaluation']['test']['tasks'])}" in page, folder
     for speed in (shipped / "speed_merge", shipped / "speed_vision_merge"):  # each site's speed README
