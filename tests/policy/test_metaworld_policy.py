@@ -459,17 +459,21 @@ def test_a_second_round_fine_tune_kept_at_its_last_step_says_so_in_both_tables(
     assert "the last step's checkpoint (no choice)" in row
     runs = metaworld.metaworld_runs_table(src).splitlines()
     assert runs[2].startswith("| fine-tuned with `diverse:0.1` from the policy, on-policy (20 episodes a task, "
-                              "second round) | - (the last step's checkpoint, not chosen) | 40/50, 80.0 % | 11 / 9 / 0 / 12")
+                              "second round), 300 steps | - (the last step's checkpoint, not chosen) | 40/50, 80.0 % | "
+                              "11 / 9 / 0 / 12")
     # a second round aggregated with the first (DAgger), and a LoRA adapter: both say so in both tables
     aggregated = {**second, "aggregated": [{"data_root": "/round1/data", "job": {"episodes_per_task": 40}}]}
     lora = {**second, "config": {"max_steps": 600, "onpolicy_episodes": 40, "init_oft": "/p", "lora_rank": 32}}
-    src.metaworld_finetunes = {"the policy": [aggregated, lora]}
-    rows = metaworld.metaworld_table(src).splitlines()[4:6]
+    seeded = {**lora, "config": {**lora["config"], "seed": 1}}   # the same recipe from another seed: named
+    src.metaworld_finetunes = {"the policy": [aggregated, lora, seeded]}
+    rows = metaworld.metaworld_table(src).splitlines()[4:7]
     assert "a second round from it, with the first round's (40 a task) aggregated" in rows[0]
     assert "fine-tuned with it: a LoRA adapter (rank 32), 600 steps on on-policy episodes (40 a task" in rows[1]
+    assert "fine-tuned with it: a LoRA adapter (rank 32), 600 steps from seed 1 on on-policy episodes" in rows[2]
     runs = metaworld.metaworld_runs_table(src).splitlines()
-    assert "on-policy (20 episodes a task, second round, 40 a task of the first aggregated) |" in runs[2]
-    assert "on-policy (40 episodes a task), LoRA rank 32 |" in runs[3]
+    assert "on-policy (20 episodes a task, second round, 40 a task of the first aggregated), 300 steps |" in runs[2]
+    assert "on-policy (40 episodes a task), LoRA rank 32, 600 steps |" in runs[3]
+    assert "on-policy (40 episodes a task), LoRA rank 32, 600 steps, seed 1 |" in runs[4]
 
 
 def test_the_readme_policy_table_has_a_row_per_policy_and_the_pooled_mean() -> None:

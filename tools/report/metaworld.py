@@ -147,7 +147,8 @@ def _finetune_words(record: dict[str, Any]) -> str:
     if earlier:
         data += f", with the first round's ({earlier}) aggregated"
     lora = f"a LoRA adapter (rank {config['lora_rank']}), " if config.get("lora_rank") else ""
-    return f"{lora}{config['max_steps']} steps on {data}, {choice}"
+    seed = f" from seed {config['seed']}" if config.get("seed") else ""
+    return f"{lora}{config['max_steps']} steps{seed} on {data}, {choice}"
 
 
 def _aggregated(record: dict[str, Any]) -> str:
@@ -210,7 +211,9 @@ def metaworld_runs_table(src: Sources) -> str:
                  + (", second round" if _second_round(f["config"]) else "")
                  + (f", {_aggregated(f)} of the first aggregated" if _aggregated(f) else "") + ")"
                  if f["config"].get("onpolicy_episodes") else "")
-              + (f", LoRA rank {f['config']['lora_rank']}" if f["config"].get("lora_rank") else "") + _shipped(src, f),
+              + (f", LoRA rank {f['config']['lora_rank']}" if f["config"].get("lora_rank") else "")
+              + f", {f['config']['max_steps']} steps" + (f", seed {f['config']['seed']}" if f["config"].get("seed") else "")
+              + _shipped(src, f),
               _mw_validation(f, ()), _mw_test(f), _mw_minutes(f), f.get("machine", {}).get("cpu", {}).get("model", "-")]
              for policy, finetunes in src.metaworld_finetunes.items() for f in finetunes]
     header = ["run", "validation success by checkpoint step (chosen in bold)", "test, all tasks",
