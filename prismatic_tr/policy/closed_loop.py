@@ -93,8 +93,9 @@ def record_successes(record: dict[str, Any]) -> dict[int, bool]:
                          "name each episode's seed; only consecutive seeds can be read back")
     held = record["failed_seeds"]
     failed = set(held) if isinstance(held, list) else {s for group in held.values() for s in group}
-    if not failed <= set(seeds):
-        raise ValueError(f"failed seeds {sorted(failed - set(seeds))} lie outside the record's seeds {first}-{last}")
+    outside = failed.difference(seeds)
+    if outside:
+        raise ValueError(f"failed seeds {sorted(outside)} lie outside the record's seeds {first}-{last}")
     if len(seeds) - len(failed) != record["successes"]:
         raise ValueError(f"the record counts {record['successes']} successes, its failed seeds leave "
                          f"{len(seeds) - len(failed)}")

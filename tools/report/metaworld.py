@@ -108,8 +108,7 @@ def paired_change(base: dict[str, dict[str, Any]], other: dict[str, dict[str, An
     from prismatic_tr.policy.closed_loop import record_successes
 
     def outcomes(tasks: dict[str, dict[str, Any]]) -> dict[tuple[str, int], bool]:
-        return {(task, seed): won for task, rec in tasks.items() if "failed_seeds" in rec
-                for seed, won in record_successes(rec).items()}
+        return {(task, seed): won for task, rec in tasks.items() for seed, won in record_successes(rec).items()}
 
     if not all("failed_seeds" in rec for rec in (*base.values(), *other.values())):
         return "-"
