@@ -79,13 +79,9 @@ def _wrapped_linear() -> torch.nn.Module:
 
 
 def test_exact_savings_script_times_both_variants_and_checks_the_actions(tmp_path) -> None:
-    import importlib.util
-    from pathlib import Path
+    from helpers.benchmark_scripts import load_benchmark
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "exact_savings.py"
-    spec = importlib.util.spec_from_file_location("exact_savings_script", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_benchmark("exact_savings")
     out = tmp_path / "exact.json"
     result = script.main(["--preset", "tiny", "--dtype", "float32", "--repeats", "1", "--warmup", "0",
                           "--output", str(out)])

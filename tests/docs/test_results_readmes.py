@@ -156,3 +156,48 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
                     (" (slower)" if r["predict_action_speedup"] < 1 else "")
                 row = re.search(rf"\| `{re.escape(setting)}` \|([^|]*)\|([^|]*)\|", readme)
                 assert row and row.group(1 + column).strip() == cell, (name, setting, cell, row and row.group(0))
+
+
+RUN_SCRIPTS = sorted(RESULTS.rglob("run.sh"))
+
+
+@pytest.mark.parametrize("script", RUN_SCRIPTS, ids=lambda p: str(p.parent.relative_to(RESULTS)))
+def test_every_results_run_script_changes_into_the_repository(script: Path) -> None:
+    """A results folder's ``run.sh`` runs from the repository root wherever the clone is: its one ``cd`` is relative
+    to the script and lands on the root (a folder moved one level deeper would otherwise run from the wrong place)."""
+    cds = re.findall(r'^\s*cd "\$\(dirname "\$0"\)/([./]+)"\s*$', script.read_text(), flags=re.M)
+    assert len(cds) == 1, f"{script.relative_to(ROOT)}: one `cd \"$(dirname \"$0\")/../..\"` expected, found {cds}"
+    assert (script.parent / cds[0]).resolve() == ROOT, f"{script.relative_to(ROOT)}: cd {cds[0]} is not the root"
+
+
+def test_the_merge_groups_readme_figures_equal_their_files() -> None:
+    """The successes `validation_merge_groups/README.md` tabulates, and the test figure it and the MetaWorld page
+    give, are recomputed from the runs' ``results.json``."""
+    import json
+
+    folder = RESULTS / "metaworld" / "shipped" / "validation_merge_groups"
+    text = (folder / "README.md").read_text()
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+
+    def successes(run: str) -> dict[str, int]:
+        return {r["setting"]: r["successes"] for r in json.loads((folder / run / "results.json").read_text())["records"]}
+
+    hard_settings = ["diverse_merge:0.5", "vision:diverse_merge:0.5@0.25", "diverse_merge:0.25",
+                     "vision:diverse_merge:0.25@0.25"]
+    for groups in ("mean", "anchor", "representative", "local", "lloyd"):
+        got = successes(f"hard_{groups}")
+        row = f"| `{groups}` (`hard_{groups}/`) | " + " | ".join(str(got[s]) for s in hard_settings) + " |"
+        assert row in text, row
+    unreduced = successes("hard_mean")["none"], successes("others_mean")["none"]
+    assert f"unreduced: **{unreduced[0]}**" in text
+    assert f"| unreduced | {unreduced[0]} | {unreduced[1]} | **{sum(unreduced)}** |" in text
+    for groups in ("mean", "anchor", "representative"):
+        pair = successes(f"hard_{groups}")["vision:diverse_merge:0.5@0.25"], \
+            successes(f"others_{groups}")["vision:diverse_merge:0.5@0.25"]
+        assert f"| `{groups}` | {pair[0]} | {pair[1]} | " in text and str(sum(pair)) in text
+    test = json.loads((folder / "test_representative" / "results.json").read_text())["records"]
+    won = {r["setting"]: (r["successes"], r["episodes"]) for r in test}
+    chosen = won["vision:diverse_merge:0.5@0.25"]
+    rate = f"{100 * chosen[0] / chosen[1]:.1f} %"
+    assert f"{chosen[0]}/{chosen[1]}, {rate}" in text and f"unreduced {won['none'][0]}/{won['none'][1]}" in text
+    assert f"gave {rate} on test" in page

@@ -4,24 +4,13 @@ patched class is put back."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
+from helpers.benchmark_scripts import load_benchmark
 
 from prismatic_tr.models import build_oft_vla
 from prismatic_tr.vla import apply_token_reduction_spec, remove_token_reduction
 from prismatic_tr.vla.layout import PerImageReducer
 from prismatic_tr.vla.scope import reduction_call
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "metaworld_camera_budget.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("metaworld_camera_budget", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def observe(vla: torch.nn.Module, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,7 +19,7 @@ def observe(vla: torch.nn.Module, pixels: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def test_budgets_per_camera() -> None:
-    script = load_script()
+    script = load_benchmark("metaworld_camera_budget")
     vla = build_oft_vla("tiny", oft={"num_images_in_input": 2, "proprio_dim": 8}, seed=0).eval()
     pixels = torch.randn(1, 12, 224, 224, generator=torch.Generator().manual_seed(0))
     original = PerImageReducer.reduce

@@ -1,0 +1,152 @@
+"""Issue 48's experiment: other ways to make `diverse_merge`'s groups and merged tokens, measured on MetaWorld
+before any enters the settings grammar.
+
+`diverse_merge` (both sites) keeps `diverse`'s cover as representatives, gives every patch to its nearest
+representative by cosine similarity (``nearest_owner``), and puts out each group's mean with the group's size
+(``group_means``). For the run, ``--groups`` replaces that in both sites, sizes (and so the proportional attention)
+unchanged in meaning, the representatives and their positions unchanged:
+
+* ``mean``: `diverse_merge` itself (the baseline; nothing patched);
+* ``anchor``: a merged token is half its representative's own patch and half the mean of the others in its group
+  (the representative weighs as much as the rest together), so that a small object's kept patch is not washed
+  into the background that joins it;
+* ``representative``: a merged token is its representative's patch alone; only the sizes come from the groups
+  (`diverse`'s tokens with proportional attention);
+* ``local``: a patch goes to the representative of highest cosine similarity minus ``--locality`` times their
+  distance on the patch grid over the grid's side, so that a group stays in one region of the image;
+* ``lloyd``: the groups refined by one step of k-means (every patch to the group mean nearest in cosine, each
+  representative kept in its own group).
+
+Everything else is ``vla_scripts/eval_metaworld.py``'s run, given its arguments after ``--``:
+
+    python benchmarks/metaworld_merge_groups.py --groups anchor -- --split validation --episodes 30 \\
+        --settings "[none,diverse_merge:0.25,vision:diverse_merge:0.25@0.25]" --timing_runs 0 --output_dir OUT
+
+Give each ``--groups`` its own ``--output_dir``: the run writes ``merge_groups.json`` there first and refuses a folder
+whose journal another ``--groups`` made (the journal's resume knows nothing of this patch). The modules are patched
+for this process only (``merge_groups`` puts them back). Static shapes and no host sync,
+as `diverse_merge` itself: one (B, N, K) similarity, scatter-adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+
+import torch
+
+import prismatic_tr.reducers.strategies.diverse_merge as diverse_merge
+import prismatic_tr.vit.shared as shared
+from prismatic_tr.cli import BadInputError, command_line, parse_config_or_exit, report_bad_input
+from prismatic_tr.policy.metaworld_eval import EvalMetaWorldConfig, run_eval_metaworld, table, write_results
+from prismatic_tr.reducers.tensor_ops import gather_rows, group_means
+
+PROG = "metaworld_merge_groups.py"
+GROUPS = ("mean", "anchor", "representative", "local", "lloyd")
+
+
+def own_groups(owner: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(B, N) group of each patch with every representative (B, K) put back in its own group."""
+    return owner.scatter(1, idx, torch.arange(idx.shape[1], device=idx.device).expand_as(idx))
+
+
+def local_owner(patches: torch.Tensor, idx: torch.Tensor, locality: float) -> torch.Tensor:
+    """(B, N, D) patches of a square grid, (B, K) representatives -> (B, N): the representative of highest cosine
+    similarity minus ``locality`` x grid distance / side."""
+    n = patches.shape[1]
+    side = int(round(n ** 0.5))
+    if side * side != n:
+        raise ValueError(f"--groups local needs a square patch grid; got {n} patches")
+    cells = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij"), -1)
+    cells = cells.reshape(n, 2).to(patches.device, torch.float32)
+    x = torch.nn.functional.normalize(patches.float(), dim=-1)
+    sim = torch.bmm(x, gather_rows(x, idx).transpose(1, 2))                         # (B, N, K)
+    dist = torch.cdist(cells, cells)[:, idx].permute(1, 0, 2) / side                # (B, N, K)
+    return own_groups((sim - locality * dist).argmax(-1), idx)
+
+
+def lloyd_owner(patches: torch.Tensor, owner: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(B, N) groups after one k-means step in cosine: every patch to its nearest group mean."""
+    x = torch.nn.functional.normalize(patches.float(), dim=-1)
+    means = torch.nn.functional.normalize(group_means(x, owner, idx.shape[1])[0], dim=-1)
+    return own_groups(torch.bmm(x, means.transpose(1, 2)).argmax(-1), idx)
+
+
+def weighted_means(patches: torch.Tensor, owner: torch.Tensor, idx: torch.Tensor,
+                   groups: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, K, D) merged tokens under ``groups`` ("anchor" or "representative") and the (B, K) true group sizes."""
+    b, n = owner.shape
+    k = idx.shape[1]
+    sizes = torch.zeros(b, k, device=owner.device).scatter_add(1, owner, torch.ones(b, n, device=owner.device))
+    if groups == "anchor":   # the representative weighs as much as the rest of its group (1 when alone)
+        weights = torch.ones(b, n, device=owner.device).scatter(1, idx, (sizes - 1).clamp(min=1))
+    else:                    # the representative alone
+        weights = torch.zeros(b, n, device=owner.device).scatter(1, idx, 1.0)
+    return group_means(patches, owner, k, weights)[0], sizes
+
+
+@contextlib.contextmanager
+def merge_groups(groups: str, locality: float = 1.0) -> Iterator[None]:
+    """Inside the block, `diverse_merge` at both sites makes its groups and tokens the ``groups`` way."""
+    if groups not in GROUPS:
+        raise ValueError(f"groups={groups!r} is not allowed; use one of {GROUPS}")
+    if groups == "mean":
+        yield
+        return
+    saved = diverse_merge.nearest_owner, diverse_merge.group_means, shared.nearest_owner, shared.group_means
+    original_owner, original_means = saved[0], saved[1]
+    last: dict[str, torch.Tensor] = {}   # the representatives of the pass in flight, for the towers after the first
+
+    def owner_of(patches: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        last["idx"] = idx
+        if groups == "local":
+            return local_owner(patches, idx, locality)
+        owner = original_owner(patches, idx)
+        return lloyd_owner(patches, owner, idx) if groups == "lloyd" else owner
+
+    def means_of(patches: torch.Tensor, owner: torch.Tensor, k: int,
+                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if groups in ("anchor", "representative"):
+            return weighted_means(patches, owner, last["idx"], groups)
+        return original_means(patches, owner, k, weights)
+
+    diverse_merge.nearest_owner = shared.nearest_owner = owner_of
+    diverse_merge.group_means = shared.group_means = means_of
+    try:
+        yield
+    finally:
+        diverse_merge.nearest_owner, diverse_merge.group_means, shared.nearest_owner, shared.group_means = saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", required=True, choices=GROUPS, help="how groups and merged tokens are made")
+    parser.add_argument("--locality", type=float, default=1.0, help="--groups local: weight of the grid distance")
+    args = parser.parse_args(argv[:split])
+    if not args.locality >= 0.0:
+        parser.error(f"--locality {args.locality!r}: give a number >= 0")
+    cfg = parse_config_or_exit(EvalMetaWorldConfig, argv[split + 1:], PROG, description=__doc__)
+    extra = {"merge_groups": args.groups, **({"locality": args.locality} if args.groups == "local" else {})}
+    mark = cfg.output_dir / "merge_groups.json"
+    if mark.is_file() and json.loads(mark.read_text()) != extra:
+        parser.error(f"--output_dir {cfg.output_dir} holds a run with {mark.read_text().strip()}, not {extra}: "
+                     "give each --groups its own folder")
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    mark.write_text(json.dumps(extra) + "\n")
+    with merge_groups(args.groups, args.locality):
+        try:
+            records, meta = run_eval_metaworld(cfg, command_line("benchmarks/metaworld_merge_groups.py"))
+        except BadInputError as err:
+            raise SystemExit(report_bad_input(PROG, err)) from None
+    print(table(records))
+    write_results(cfg.output_dir, records, {**meta, **extra})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
