@@ -1,4 +1,5 @@
-"""benchmarks/metaworld_merge_groups.py (issue 48's experiment): each way of making `diverse_merge`'s groups does
+"""benchmarks/metaworld_merge_groups.py (issue 48's experiment) and its group makers
+(``prismatic_tr/reducers/merge_groups.py``): each way of making `diverse_merge`'s groups does
 what it says on small tensors, runs at both sites of a two-camera OpenVLA-OFT model with sizes that still add up to
 each image's patches, ``mean`` is `diverse_merge` itself, ``representative`` is `diverse`'s tokens, and the
 patched modules are put back."""
@@ -12,6 +13,7 @@ import torch
 from helpers.benchmark_scripts import load_benchmark
 from helpers.tiny_vla import make_inputs
 
+import prismatic_tr.reducers.merge_groups as groups_module
 import prismatic_tr.reducers.strategies.diverse_merge as diverse_merge
 import prismatic_tr.vit.shared as shared
 from prismatic_tr.models import build_vla
@@ -25,21 +27,21 @@ def test_group_makers_on_small_tensors() -> None:
     patches = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(0))
     idx = torch.tensor([[0, 5, 10, 15], [1, 2, 8, 12]])
     owner = diverse_merge.nearest_owner(patches, idx)
-    rep, sizes = script.weighted_means(patches, owner, idx, "representative")
+    rep, sizes = groups_module.weighted_means(patches, owner, idx, "representative")
     assert torch.equal(rep, torch.gather(patches, 1, idx[..., None].expand(-1, -1, 8)))
     assert torch.equal(sizes.sum(dim=1), torch.full((2,), 16.0))
-    anchor, _ = script.weighted_means(patches, owner, idx, "anchor")
+    anchor, _ = groups_module.weighted_means(patches, owner, idx, "anchor")
     for g in range(4):  # half the representative, half the mean of the rest (the representative alone: itself)
         members = (owner[0] == g).nonzero().flatten()
         others = members[members != idx[0, g]]
         want = patches[0, idx[0, g]] if len(others) == 0 else 0.5 * patches[0, idx[0, g]] + 0.5 * patches[0, others].mean(0)
         torch.testing.assert_close(anchor[0, g], want)
-    assert torch.equal(script.local_owner(patches, idx, 0.0), owner)  # no locality: the nearest by similarity
-    far = script.local_owner(patches, idx, 100.0)                     # all locality: the nearest on the grid
+    assert torch.equal(groups_module.local_owner(patches, idx, 0.0), owner)  # no locality: the nearest by similarity
+    far = groups_module.local_owner(patches, idx, 100.0)                     # all locality: the nearest on the grid
     cells = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij"), -1).reshape(16, 2).float()
     dist = torch.cdist(cells, cells[idx[0]])                          # (ties on the grid go by similarity)
     assert torch.equal(dist.gather(1, far[0][:, None])[:, 0], dist.min(-1).values)
-    refined = script.lloyd_owner(patches, owner, idx)
+    refined = groups_module.lloyd_owner(patches, owner, idx)
     assert torch.equal(refined.gather(1, idx), torch.arange(4).expand(2, -1))
     x = torch.nn.functional.normalize(patches[1], dim=-1)                 # by hand: to the nearest group mean
     means = torch.nn.functional.normalize(torch.stack([x[owner[1] == g].mean(0) for g in range(4)]), dim=-1)
@@ -47,7 +49,7 @@ def test_group_makers_on_small_tensors() -> None:
     by_hand[idx[1]] = torch.arange(4)
     assert torch.equal(refined[1], by_hand)
     with pytest.raises(ValueError, match="square patch grid"):
-        script.local_owner(patches[:, :15], idx, 1.0)
+        groups_module.local_owner(patches[:, :15], idx, 1.0)
     with pytest.raises(ValueError, match="groups='median' is not allowed"):
         with script.merge_groups("median"):
             pass
