@@ -46,6 +46,8 @@ from prismatic_tr.reducers.merge_groups import GROUPS, lloyd_owner, local_owner,
 
 PROG = "metaworld_merge_groups.py"
 __all__ = ["GROUPS", "main", "merge_groups"]
+
+
 @contextlib.contextmanager
 def merge_groups(groups: str, locality: float = 1.0) -> Iterator[None]:
     """Inside the block, `diverse_merge` at both sites makes its groups and tokens the ``groups`` way."""
