@@ -10,7 +10,9 @@ every camera; everything else is ``vla_scripts/eval_metaworld.py``'s run, given 
         --settings "[none,diverse:0.25]" --timing_runs 0 --output_dir OUT
 
 The ``diverse:0.25`` row then holds 0.1 x 256 + 0.4 x 256 = 128 visual tokens, as many as the setting's own. The
-class is patched for this process only (``camera_budgets`` puts it back).
+class is patched for this process only (``camera_budgets`` puts it back), so ``--workers`` must be 1; the budgets are
+part of the run's journal identity (``patch``), so a folder journaled with other budgets, or by a plain run, is
+refused (exit 2, before any work).
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config_or_exit(EvalMetaWorldConfig, argv[split + 1:], PROG, description=__doc__)
     with camera_budgets(fractions):
         try:
-            records, meta = run_eval_metaworld(cfg, command_line("benchmarks/metaworld_camera_budget.py"))
+            records, meta = run_eval_metaworld(cfg, command_line("benchmarks/metaworld_camera_budget.py"),
+                                               {"camera_budgets": fractions})
         except BadInputError as err:
             raise SystemExit(report_bad_input(PROG, err)) from None
     print(table(records))

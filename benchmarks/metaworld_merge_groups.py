@@ -22,19 +22,19 @@ Everything else is ``vla_scripts/eval_metaworld.py``'s run, given its arguments 
     python benchmarks/metaworld_merge_groups.py --groups anchor -- --split validation --episodes 30 \\
         --settings "[none,diverse_merge:0.25,vision:diverse_merge:0.25@0.25]" --timing_runs 0 --output_dir OUT
 
-Give each ``--groups`` its own ``--output_dir``: the run writes ``merge_groups.json`` there first and refuses a folder
-whose journal another ``--groups`` made (the journal's resume knows nothing of this patch). The modules are patched
-for this process only (``merge_groups`` puts them back). Static shapes and no host sync,
-as `diverse_merge` itself: one (B, N, K) similarity, scatter-adds.
+The way (and ``--locality``) is part of the run's journal identity (``patch``), so a folder journaled by another
+way, or by a plain run, is refused (exit 2, before any work); ``mean`` patches nothing and shares a plain run's
+journal. The modules are patched for this process only (``merge_groups`` puts them back), so ``--workers`` must be 1.
+Static shapes and no host sync, as `diverse_merge` itself: one (B, N, K) similarity, scatter-adds.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -45,7 +45,7 @@ from prismatic_tr.policy.metaworld_eval import EvalMetaWorldConfig, run_eval_met
 from prismatic_tr.reducers.merge_groups import GROUPS, lloyd_owner, local_owner, weighted_means
 
 PROG = "metaworld_merge_groups.py"
-__all__ = ["GROUPS", "main", "merge_groups"]
+__all__ = ["GROUPS", "journal_patch", "main", "merge_groups"]
 
 
 @contextlib.contextmanager
@@ -81,6 +81,11 @@ def merge_groups(groups: str, locality: float = 1.0) -> Iterator[None]:
         diverse_merge.nearest_owner, diverse_merge.group_means, shared.nearest_owner, shared.group_means = saved
 
 
+def journal_patch(groups: str, locality: float = 1.0) -> dict[str, Any] | None:
+    """The run's patch in its journal identity: None for ``mean`` (nothing patched: a plain run's journal)."""
+    return None if groups == "mean" else {"merge_groups": groups, **({"locality": locality} if groups == "local" else {})}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
@@ -91,20 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.locality >= 0.0:
         parser.error(f"--locality {args.locality!r}: give a number >= 0")
     cfg = parse_config_or_exit(EvalMetaWorldConfig, argv[split + 1:], PROG, description=__doc__)
-    extra = {"merge_groups": args.groups, **({"locality": args.locality} if args.groups == "local" else {})}
-    mark = cfg.output_dir / "merge_groups.json"
-    if mark.is_file() and json.loads(mark.read_text()) != extra:
-        parser.error(f"--output_dir {cfg.output_dir} holds a run with {mark.read_text().strip()}, not {extra}: "
-                     "give each --groups its own folder")
-    cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    mark.write_text(json.dumps(extra) + "\n")
+    patch = journal_patch(args.groups, args.locality)
     with merge_groups(args.groups, args.locality):
         try:
-            records, meta = run_eval_metaworld(cfg, command_line("benchmarks/metaworld_merge_groups.py"))
+            records, meta = run_eval_metaworld(cfg, command_line("benchmarks/metaworld_merge_groups.py"), patch)
         except BadInputError as err:
             raise SystemExit(report_bad_input(PROG, err)) from None
     print(table(records))
-    write_results(cfg.output_dir, records, {**meta, **extra})
+    write_results(cfg.output_dir, records, {**meta, "merge_groups": args.groups, **(patch or {})})
     return 0
 
 

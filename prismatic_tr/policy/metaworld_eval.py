@@ -7,6 +7,7 @@
 import contextlib
 import datetime
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,18 +75,17 @@ class EvalMetaWorldConfig:
         check_checkpoint_dir("vla_path", self.vla_path)
         if self.output_dir.is_file():
             raise ValueError(f"--output_dir {str(self.output_dir)!r} is a file; give a directory")
-        if self.resume:
-            from prismatic_tr.policy.job_journal import JobJournal
 
-            JobJournal.check(self.output_dir / JOURNAL, self.journal_identity())
-
-    def journal_identity(self) -> dict[str, Any]:
-        """What a journaled job's outcomes depend on besides its setting and task (the checkpoint by its bytes)."""
+    def journal_identity(self, patch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """What a journaled job's outcomes depend on besides its setting and task (the checkpoint by its bytes);
+        ``patch``: what a benchmark script changes in the model for its run (JSON-able), part of the identity when
+        given, so that a plain run and a patched one, or two patches, never share a job."""
         from prismatic_tr.policy.job_journal import checkpoint_fingerprint
 
-        return {"checkpoint_sha256": checkpoint_fingerprint(self.vla_path), "split": self.split,
-                "episodes": self.episodes, "unnorm_key": self.unnorm_key, "image_size": self.image_size,
-                "batch_size": self.batch_size, "execute_steps": self.execute_steps}
+        identity = {"checkpoint_sha256": checkpoint_fingerprint(self.vla_path), "split": self.split,
+                    "episodes": self.episodes, "unnorm_key": self.unnorm_key, "image_size": self.image_size,
+                    "batch_size": self.batch_size, "execute_steps": self.execute_steps}
+        return identity if patch is None else {**identity, "patch": dict(patch)}
 
 
 def load_metaworld_policy(cfg: EvalMetaWorldConfig) -> tuple[Any, Any]:
@@ -150,10 +150,33 @@ def write_results(output_dir: Path, records: list[dict[str, Any]], meta: dict[st
     print(f"wrote {output_dir / 'results.json'} and results.csv")
 
 
-def run_eval_metaworld(cfg: EvalMetaWorldConfig, command: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def check_run(cfg: EvalMetaWorldConfig, patch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run's journal identity (:meth:`EvalMetaWorldConfig.journal_identity`), checked before any work:
+    :class:`~prismatic_tr.cli.BadInputError` when ``--output_dir`` journals another evaluation (with resume on), or
+    when a ``patch`` (a benchmark script's change to modules of this process) would meet ``--workers`` above 1,
+    whose spawned processes would run the model unpatched."""
+    from prismatic_tr.policy.job_journal import JobJournal
+
+    if patch is not None and cfg.workers > 1:
+        raise BadInputError(f"--workers {cfg.workers} is not allowed with {dict(patch)}: the patch changes modules of "
+                            "this process only, and spawned workers would run the model without it; give --workers 1")
+    identity = cfg.journal_identity(patch)
+    if cfg.resume:
+        try:
+            JobJournal.check(cfg.output_dir / JOURNAL, identity)
+        except ValueError as err:
+            raise BadInputError(str(err)) from None
+    return identity
+
+
+def run_eval_metaworld(cfg: EvalMetaWorldConfig, command: str,
+                       patch: Mapping[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Load the policy, time and run every (setting, task) job not journaled yet (in ``cfg.workers`` processes),
     journaling each; return the records (one per setting, :func:`prismatic_tr.policy.metaworld.
-    evaluate_metaworld_settings`) and the run's ``meta`` (``command``, provenance, journal, config, machine)."""
+    evaluate_metaworld_settings`) and the run's ``meta`` (``command``, provenance, journal, config, machine).
+    ``patch``: what the calling benchmark script changes in the model for this run (:func:`check_run`), journaled
+    in the identity and recorded in ``meta``. Bad input (:func:`check_run`, the checkpoint) is refused before any
+    episode runs."""
     from tqdm.auto import tqdm
 
     from prismatic_tr.policy.job_journal import JobJournal
@@ -161,10 +184,11 @@ def run_eval_metaworld(cfg: EvalMetaWorldConfig, command: str) -> tuple[list[dic
     from prismatic_tr.policy.metaworld_workers import MetaWorldWorkers
 
     start = time.perf_counter()
+    identity = check_run(cfg, patch)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     vla, processor = load_metaworld_policy(cfg)
-    journal = JobJournal(cfg.output_dir / JOURNAL, cfg.journal_identity(), resume=cfg.resume)
+    journal = JobJournal(cfg.output_dir / JOURNAL, identity, resume=cfg.resume)
     labels = [s.label for s in cfg.setting_list]
     reused = len(cfg.setting_list) * len(cfg.tasks) - len(journal.missing(labels, cfg.tasks))
     if reused:
@@ -181,7 +205,8 @@ def run_eval_metaworld(cfg: EvalMetaWorldConfig, command: str) -> tuple[list[dic
     bar.close()
     journal_meta = {"path": str(cfg.output_dir / JOURNAL), "started_utc": journal.started_utc,
                     "jobs_reused": reused, "jobs": len(labels) * len(cfg.tasks)}
-    return records, run_meta(cfg, vla, command, journal_meta, time.perf_counter() - start)
+    meta = run_meta(cfg, vla, command, journal_meta, time.perf_counter() - start)
+    return records, meta if patch is None else {**meta, "patch": dict(patch)}
 
 
 def run_meta(cfg: EvalMetaWorldConfig, vla: Any, command: str, journal: dict[str, Any],

@@ -170,6 +170,33 @@ def test_every_results_run_script_changes_into_the_repository(script: Path) -> N
     assert (script.parent / cds[0]).resolve() == ROOT, f"{script.relative_to(ROOT)}: cd {cds[0]} is not the root"
 
 
+def test_every_patched_runs_journal_names_its_patch() -> None:
+    """A results folder made by a benchmark script that patches the model (merge groups, camera budgets) journals
+    that patch in its identity, as the script's ``run.sh`` would ask for it: so the ``run.sh`` resumes there, and a
+    plain run (or another patch) is refused there."""
+    import json
+
+    from helpers.benchmark_scripts import load_benchmark
+
+    journal_patch = load_benchmark("metaworld_merge_groups").journal_patch
+    checked = 0
+    for script in sorted(RESULTS.rglob("run.sh")):
+        text = script.read_text()
+        if "metaworld_merge_groups.py" in text:
+            locality = re.search(r"--locality ([\d.]+)", text)
+            want = journal_patch(re.search(r"--groups (\w+)", text).group(1),
+                                 float(locality.group(1)) if locality else 1.0)
+        elif "metaworld_camera_budget.py" in text:
+            want = {"camera_budgets": [float(f) for f in re.search(r"--budgets ([\d.,]+)", text).group(1).split(",")]}
+        else:
+            continue
+        with open(script.parent / "episodes.jsonl") as f:
+            identity = json.loads(f.readline())["identity"]
+        assert identity.get("patch") == want, script.relative_to(ROOT)
+        checked += 1
+    assert checked >= 13  # 9 merge-groups folders, 4 camera-budget ones
+
+
 def test_the_merge_groups_readme_figures_equal_their_files() -> None:
     """The successes `validation_merge_groups/README.md` tabulates, and the test figure it and the MetaWorld page
     give, are recomputed from the runs' ``results.json``."""

@@ -17,6 +17,8 @@ import prismatic_tr.reducers.merge_groups as groups_module
 import prismatic_tr.reducers.strategies.diverse_merge as diverse_merge
 import prismatic_tr.vit.shared as shared
 from prismatic_tr.models import build_vla
+from prismatic_tr.policy.job_journal import JobJournal
+from prismatic_tr.policy.metaworld_eval import JOURNAL, EvalMetaWorldConfig
 from prismatic_tr.vla import apply_token_reduction_spec, get_token_reduction, remove_token_reduction
 from prismatic_tr.vla.scope import reduction_call
 
@@ -106,11 +108,21 @@ def test_representative_hands_diverse_tokens_to_the_language_model() -> None:
 
 
 def test_a_folder_of_another_way_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    (tmp_path / "merge_groups.json").write_text('{"merge_groups": "mean"}\n')
-    with pytest.raises(SystemExit) as exit_info:
-        script.main(["--groups", "anchor", "--", "--output_dir", str(tmp_path), "--split", "validation"])
-    assert exit_info.value.code == 2
-    assert "give each --groups its own folder" in capsys.readouterr().err
+    """The way is in the journal's identity: a folder another way journaled is refused (exit 2), as is more than
+    one worker (spawned processes would run the model unpatched); nothing is written."""
+    cfg = EvalMetaWorldConfig(split="validation", output_dir=tmp_path)
+    JobJournal(tmp_path / JOURNAL, cfg.journal_identity({"merge_groups": "anchor"}))
+    before = sorted(tmp_path.iterdir())
+    for groups, workers, needle in (("representative", 1, "patch: {'merge_groups': 'anchor'} there, "
+                                                          "{'merge_groups': 'representative'} here"),
+                                    ("mean", 1, "patch: {'merge_groups': 'anchor'} there, None here"),
+                                    ("anchor", 2, "--workers 2 is not allowed with {'merge_groups': 'anchor'}")):
+        with pytest.raises(SystemExit) as exit_info:
+            script.main(["--groups", groups, "--", "--output_dir", str(tmp_path), "--split", "validation",
+                         "--workers", str(workers)])
+        assert exit_info.value.code == 2
+        assert needle in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == before
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--groups", "local", "--locality", "-1", "--", "--output_dir", str(tmp_path)])
     assert exit_info.value.code == 2 and "--locality -1.0: give a number >= 0" in capsys.readouterr().err
