@@ -177,3 +177,28 @@ def test_a_setting_slower_than_unreduced_says_so_in_every_speed_cell() -> None:
     assert report_cells.headline_speed({"predict_action_speedup": 0.99}) == "0.99x (slower)"
     by = {"float32": {"s": {"predict_action_speedup": 1.2}}, "bfloat16": {"s": {"predict_action_speedup": 0.8}}}
     assert report_cells.dtype_speeds({"setting": "s"}, by) == "1.20 / 0.80x (slower in bfloat16)"
+
+
+def test_the_metaworld_rows_pair_each_setting_with_the_default_and_its_shipped_adapter() -> None:
+    """The README's MetaWorld table: each row's `diverse_merge` and `diverse` cells are their test runs' pooled
+    successes, their speed the shipped policy's timed run's; a shipped adapter's row follows its setting's row with
+    that setting's speed, marked, and no `diverse` cells (the fine-tunes that were not shipped have no row)."""
+    from tools.report.metaworld import METAWORLD_HEADLINE_ROWS
+
+    rows = _table_rows(README.read_text(), "metaworld_headline")
+    src = sources.Sources.read(ROOT)
+    tested = {r["setting"]: r for run in src.metaworld_tables["the shipped policy"] for r in run["records"]}
+    speeds = {r["setting"]: r["predict_action_speedup"] for run in src.metaworld_speed for r in run["records"]}
+    labels = [row[0] for row in rows]
+    assert [label for label in labels if not label.startswith("...")] == [r[0] for r in METAWORLD_HEADLINE_ROWS]
+    for label, merge, default in METAWORLD_HEADLINE_ROWS:
+        row = rows[labels.index(label)]
+        for setting, (success, speed) in ((merge, (row[1], row[3])), (default, (row[4], row[6]))):
+            rec = tested[setting]
+            assert success.startswith(f"{100 * rec['successes'] / rec['episodes']:.1f} %"), setting
+            assert speed.startswith(f"{speeds[setting]:.2f}x"), setting
+    adapters = [(i, row) for i, row in enumerate(rows) if row[0].startswith("... with its shipped adapter")]
+    assert len(adapters) == 2
+    for i, row in adapters:
+        assert row[3] == rows[i - 1][3] + report_cells.ADAPTER_MARK
+        assert row[4:] == ["-", "-", "-"] and f"`{row[0].split('`')[1]}`" in row[0]

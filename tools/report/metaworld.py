@@ -100,6 +100,72 @@ def metaworld_table(src: Sources) -> str:
     return "\n".join(table_lines(header, rows) + [""] + "\n\n".join(notes).splitlines())
 
 
+SHIPPED = "the shipped policy"  # its key in METAWORLD_TABLE_SETS
+# the README's MetaWorld rows: (label, the `diverse_merge` setting, the `diverse` one); a setting's shipped adapter
+# follows its row
+METAWORLD_HEADLINE_ROWS = (
+    ("unreduced", "none", "none"),
+    ("`projector` keep 0.5", "diverse_merge:0.5", "diverse:0.5"),
+    ("`projector` keep 0.25", "diverse_merge:0.25", "diverse:0.25"),
+    ("`projector` keep 0.1", "diverse_merge:0.1", "diverse:0.1"),
+    ("`vision` keep 0.5 after 1/4 of the towers", "vision:diverse_merge:0.5@0.25", "vision:diverse:0.5@0.25"),
+    ("`vision` keep 0.25 after 1/4 of the towers", "vision:diverse_merge:0.25@0.25", "vision:diverse:0.25@0.25"),
+    ("`vision` keep 0.1 after 1/4 of the towers", "vision:diverse_merge:0.1@0.25", "vision:diverse:0.1@0.25"),
+)
+
+
+def metaworld_headline_table(src: Sources) -> str:
+    """README.md: MetaWorld MT10 on the shipped policy, `diverse_merge` beside `diverse` (the default) at each site
+    and keep: test success (500 episodes), its paired change against unreduced, and the end-to-end speed-up of the
+    shipped policy's step (``METAWORLD_SPEED``); each setting's shipped adapter on the row after it."""
+    from prismatic_tr.eval.intervals import wilson_interval
+
+    tables = src.metaworld_tables[SHIPPED]
+    tested = {r["setting"]: r for run in reversed(tables) for r in run["records"]}  # the first run's "none" wins
+    unreduced = tested["none"]["tasks"]
+    speeds = {r["setting"]: r for run in reversed(src.metaworld_speed) for r in run["records"]}
+    adapters = {f["setting"]: f for f in src.metaworld_finetunes.get(SHIPPED, []) if _shipped(src, f)}
+
+    def mean(tasks: dict[str, dict[str, Any]]) -> str:
+        wins, episodes = sum(t["successes"] for t in tasks.values()), sum(t["episodes"] for t in tasks.values())
+        low, high = wilson_interval(wins, episodes)
+        return f"{100 * wins / episodes:.1f} % ({100 * low:.0f}-{100 * high:.0f} %)"
+
+    def cells(setting: str, tasks: dict[str, dict[str, Any]] | None, mark: str = "") -> list[str]:
+        if tasks is None:
+            return ["-", "-", "-"]
+        rec = speeds.get(setting)
+        speed = speedup(rec["predict_action_speedup"]) + mark if rec and rec.get("predict_action_speedup") else "-"
+        return [mean(tasks), "-" if setting == "none" else paired_change(unreduced, tasks), speed]
+
+    rows = []
+    for label, merge, default in METAWORLD_HEADLINE_ROWS:
+        rows.append([label, *cells(merge, tested[merge]["tasks"]), *cells(default, tested[default]["tasks"])])
+        if merge in adapters:
+            f = adapters[merge]
+            rows.append([f"... with its shipped adapter{_shipped(src, f).removeprefix(', shipped as')}",
+                         *cells(merge, f["evaluation"]["test"]["tasks"], ADAPTER_MARK), "-", "-", "-"])
+    header = ["setting", "`diverse_merge`: success", "against unreduced, points (paired 95 %)", "end to end",
+              "`diverse` (the default): success", "against unreduced, points (paired 95 %)", "end to end"]
+    table_meta = tables[0]["meta"]
+    timed = src.metaworld_speed[0]["meta"]
+    machines = " and ".join(dict.fromkeys(f"{cpu_words(r['meta'])} with {r['meta']['machine']['cores']} cores, "
+                                          f"{r['meta']['date_utc'][:10]}" for r in src.metaworld_speed))
+    notes = ["", "Success: the shipped MetaWorld policy (OpenVLA-OFT style, trained here: "
+             "`prismatic_tr/assets/metaworld_policy`) on MetaWorld v3's MT10, closed loop, "
+             f"{table_meta['episodes_per_task']} held-out test episodes a task, {len(unreduced)} tasks "
+             f"(Wilson 95 %): `{table_meta['command']}`. Against unreduced: the difference on the same episodes with "
+             "its paired 95 % interval (one that holds 0 is a cost the episodes cannot tell from none). The adapters' "
+             "rows: each one's own recipe tested it on the same episodes (`train_metaworld_policy.py`, its record in "
+             "`benchmarks/results/metaworld/shipped/finetune_*/`). End to end: the policy's whole `predict_action` at "
+             f"batch 1 in {timed['dtype']}, the median of {timed['config']['timing_runs']} runs interleaved with the "
+             f"unreduced one, on {machines} "
+             "(`benchmarks/results/metaworld/shipped/speed_merge/`, `speed_vision_merge/`: "
+             f"each site's run with its own unreduced step). {ADAPTER_MARK} merged LoRA: the setting's speed. Every "
+             "setting, task and policy: [docs/results/metaworld.md](docs/results/metaworld.md)."]
+    return "\n".join(table_lines(header, rows) + notes)
+
+
 def paired_change(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> str:
     """``-1.4 (-3.3 to +0.5)``: ``other``'s success minus ``base``'s over the episodes both ran (per-task evaluation
     records, paired by task and seed), in points with the paired 95 % interval; ``-`` when they share no episode or

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tools.report.figure import FIGURE, draw, embedded_data, figure_data
 from tools.report.metaworld import (
+    metaworld_headline_table,
     metaworld_policy_table,
     metaworld_recall_table,
     metaworld_runs_table,
@@ -63,6 +64,7 @@ from tools.report.tabletop import headline_table, main_table, policy_table, tabl
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("README.md", "commands", commands_table),
     ("README.md", "headline", headline_table),
+    ("README.md", "metaworld_headline", metaworld_headline_table),
     ("README.md", "gpu", gpu_headline_table),
     ("docs/results/openvla.md", "main", main_table),
     ("docs/results/openvla-oft.md", "main_oft", main_oft_rows),

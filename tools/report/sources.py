@@ -106,6 +106,10 @@ GPU_PROFILE_FILES = {"OpenVLA-OFT-7B": GPU_CAPTURED / "profile" / "oft-7b_b1.jso
                      "OpenVLA-7B": GPU_CAPTURED / "profile" / "openvla-7b_b1.json"}
 MAIN_COMMAND = "python vla_scripts/benchmark.py"
 METAWORLD_RECALL = RESULTS / "metaworld" / "recall" / "recall.json"  # benchmarks/metaworld_recall.py
+# the shipped MetaWorld policy timed end to end (eval_metaworld.py --timing_runs 50), `diverse` beside `diverse_merge`:
+# the projector site's run, then the vision site's (each setting against its own run's unreduced step)
+METAWORLD_SPEED = (RESULTS / "metaworld" / "shipped" / "speed_merge" / "policy" / "results.json",
+                   RESULTS / "metaworld" / "shipped" / "speed_vision_merge" / "policy" / "results.json")
 COMMAND_TIMINGS = RESULTS / "commands"  # benchmarks/time_commands.py: the README's two commands on fresh clones
 
 
@@ -139,6 +143,7 @@ class Sources:
     commands: list[dict[str, Any]]  # commands/*.json: the README's two commands timed on fresh clones
     metaworld_recall: dict[str, Any] | None  # metaworld/recall/recall.json (None: not measured)
     shipped_adapters: dict[str, str]  # the checkpoint each shipped adapter was made from -> the adapter's name
+    metaworld_speed: list[dict[str, Any]]  # METAWORLD_SPEED read, in order ({"meta", "records"})
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Sources:
@@ -172,7 +177,8 @@ class Sources:
                                    for _, rec, parts in METAWORLD_RUNS],
                    commands=[read_json(p) for p in command_timing_files(root)],
                    metaworld_recall=read_json(root / METAWORLD_RECALL) if (root / METAWORLD_RECALL).is_file() else None,
-                   shipped_adapters=shipped_adapters(root))
+                   shipped_adapters=shipped_adapters(root),
+                   metaworld_speed=[read_json(root / p) for p in METAWORLD_SPEED])
 
 
 def source_files(root: Path = ROOT) -> list[Path]:
@@ -187,7 +193,7 @@ def source_files(root: Path = ROOT) -> list[Path]:
              *(p for models in GPU_MERGE_FILES.values() for files in models.values() for p in files.values()),
              *GPU_PROFILE_FILES.values(), EXACT,
              *(p for _, p, _ in TABLETOP_POLICIES), SELECTION_TEST_5OBJ,
-             *(p for _, rec, parts in METAWORLD_RUNS for p in ((rec,) if rec else ()) + parts)]
+             *(p for _, rec, parts in METAWORLD_RUNS for p in ((rec,) if rec else ()) + parts), *METAWORLD_SPEED]
     runs = {_adapter_run(root, n) for n in adapters}
     found = [root / p for p in fixed]
     found += [root / ADAPTERS / n / "record.json" for n in adapters]
