@@ -22,6 +22,7 @@ from prismatic_tr.envs import TaskConfig, make_episode
 from prismatic_tr.policy.closed_loop import (
     EpisodeOutcome,
     SuccessSummary,
+    evaluation_record,
     observing,
     outcome_counts,
     policy_inputs,
@@ -91,7 +92,9 @@ def evaluate_settings(
     execute_steps: int | None = None,
 ) -> list[dict[str, Any]]:
     """One record per setting (baseline first): success with its Wilson interval, episodes, mean steps, the
-    episodes per outcome (``outcome_success``, ``outcome_timeout``, ``outcome_wrong_object``), the tokens the
+    episodes per outcome (``outcome_success``, ``outcome_timeout``, ``outcome_wrong_object``), the first and last
+    seed and the failed seeds by outcome (``seeds``, ``failed_seeds``: each episode's outcome, so two records of the
+    same seeds pair episode by episode, :func:`~prismatic_tr.policy.closed_loop.record_successes`), the tokens the
     projector and the LLM see, ``predict_action`` medians and the speedup over the baseline
     (None with ``timing_repeats=0``). ``execute_steps``: an OFT model's chunk actions run open loop per prediction
     (:func:`prismatic_tr.policy.closed_loop.run_episodes`)."""
@@ -106,7 +109,9 @@ def evaluate_settings(
             outcomes = run_episodes(vla, processor, seeds, unnorm_key, config, batch_size,
                                     on_episode=(lambda o, s=s: on_episode(s.label, o)) if on_episode else None,
                                     execute_steps=execute_steps)
+        episodes = evaluation_record(outcomes)
         records.append({"method": s.family, **setting_fields(s, tokens, timing), "cut": cut,
                         **dataclasses.asdict(SuccessSummary.of(outcomes)),
-                        **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()}})
+                        **{f"outcome_{name}": n for name, n in outcome_counts(outcomes).items()},
+                        "seeds": episodes["seeds"], "failed_seeds": episodes["failed_seeds"]})
     return add_speedups(records)

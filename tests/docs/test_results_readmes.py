@@ -134,7 +134,7 @@ def test_the_metaworld_pages_proportional_attention_figures_equal_their_files() 
         step, val = next((c["step"], c["successes"]) for c in sel["candidates"] if c["checkpoint"] == sel["chosen"])
         assert f"{name} **{got:.1f} %**" in page and f"step {step}, {val} % on validation" in page, folder
     # the paired costs the page quotes against issue 48's bounds: the table's column, recomputed from the episodes
-    from tools.report.metaworld import paired_change
+    from tools.report.cells import paired_change
 
     unreduced = test["none"]["tasks"]
     for setting in ("diverse_merge:0.5", "vision:diverse_merge:0.5@0.25", "diverse_merge:0.25",
@@ -228,3 +228,19 @@ def test_the_merge_groups_readme_figures_equal_their_files() -> None:
     rate = f"{100 * chosen[0] / chosen[1]:.1f} %"
     assert f"{chosen[0]}/{chosen[1]}, {rate}" in text and f"unreduced {won['none'][0]}/{won['none'][1]}" in text
     assert f"gave {rate} on test" in page
+
+
+@pytest.mark.parametrize("folder", ["val_merge", "val_vision_merge"])
+def test_the_tabletop_merge_validation_figures_equal_their_files(folder: str) -> None:
+    """The validation successes (with their Wilson intervals) the tabletop `diverse_merge` READMEs tabulate are their
+    run's ``results.json``, row for row."""
+    import json
+
+    run = RESULTS / "selection" / folder
+    records = {r["setting"]: r for r in json.loads((run / "results.json").read_text())["records"]}
+    rows = re.findall(r"^\| (unreduced|`[^`]+`) \| (\d+) % \((\d+)-(\d+)\) \|$", (run / "README.md").read_text(), re.M)
+    assert sorted(label.strip("`").replace("unreduced", "none") for label, *_ in rows) == sorted(records)
+    for label, rate, low, high in rows:
+        rec = records[label.strip("`").replace("unreduced", "none")]
+        assert (int(rate), int(low), int(high)) == tuple(round(100 * rec[k]) for k in (
+            "success_rate", "success_ci_low", "success_ci_high")), label

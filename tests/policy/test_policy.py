@@ -18,7 +18,7 @@ pytest.importorskip("tensorflow_datasets")
 from prismatic_tr.envs.splits import split_seeds  # noqa: E402
 from prismatic_tr.eval import wilson_interval  # noqa: E402
 from prismatic_tr.models import load_vla  # noqa: E402
-from prismatic_tr.policy.closed_loop import SuccessSummary, run_episodes  # noqa: E402
+from prismatic_tr.policy.closed_loop import SuccessSummary, record_successes, run_episodes  # noqa: E402
 from prismatic_tr.policy.train import DATASET  # noqa: E402
 from prismatic_tr.vla.spec import Setting, parse_setting  # noqa: E402
 from vla_scripts import eval_offline, eval_policy, train_policy  # noqa: E402
@@ -204,6 +204,10 @@ def test_eval_policy_cli(trained: dict, tmp_path: Path) -> None:
         assert r["episodes"] == 2 == sum(counts) and r["success_rate"] == counts[0] / 2
         assert (r["success_ci_low"], r["success_ci_high"]) == pytest.approx(wilson_interval(counts[0], 2))
         assert r["predict_action_ms"] > 0 and r["mean_steps"] >= 1
+        won = record_successes(r)  # each episode's outcome, so two settings pair episode by episode
+        assert sorted(won) == [3_000_000, 3_000_001] and sum(won.values()) == counts[0]
+        assert {o: len(seeds) for o, seeds in r["failed_seeds"].items()} == {"timeout": counts[1],
+                                                                             "wrong_object": counts[2]}
     rows = list(csv.DictReader((out / "results.csv").open()))
     need = {"method", "reduction_ratio", "num_patches", "success_rate", "success_ci_low", "success_ci_high",
             "episodes", "mean_steps", "outcome_timeout", "predict_action_ms"}

@@ -44,6 +44,27 @@ def points_change(diff: float, low: float, high: float) -> str:
     return f"{signed(diff)} ({signed(low)} to {signed(high)})"
 
 
+def paired_change(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> str:
+    """``-1.4 (-3.3 to +0.5)``: ``other``'s success minus ``base``'s over the episodes both ran (per-task evaluation
+    records, paired by task and seed), in points with the paired 95 % interval; ``-`` when they share no episode or
+    a record names no seeds (it cannot be paired)."""
+    from prismatic_tr.eval.intervals import paired_difference_interval
+    from prismatic_tr.policy.closed_loop import record_successes
+
+    def outcomes(tasks: dict[str, dict[str, Any]]) -> dict[tuple[str, int], bool]:
+        return {(task, seed): won for task, rec in tasks.items() for seed, won in record_successes(rec).items()}
+
+    if not all("failed_seeds" in rec for rec in (*base.values(), *other.values())):
+        return "-"
+    first, second = outcomes(other), outcomes(base)
+    shared = first.keys() & second.keys()
+    if not shared:
+        return "-"
+    counts = [sum(first[k] == x and second[k] == y for k in shared) for x, y in
+              ((True, True), (True, False), (False, True), (False, False))]
+    return points_change(*paired_difference_interval(*counts))
+
+
 SLOWER = " (slower)"
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from prismatic_tr.policy.checkpoint_choice import LAST
 from prismatic_tr.policy.metaworld import TABLE_SETTINGS
-from tools.report.cells import ADAPTER_MARK, cpu_words, pct, points_change, speedup, table_lines
+from tools.report.cells import ADAPTER_MARK, cpu_words, paired_change, pct, speedup, table_lines
 from tools.report.sources import METAWORLD_RUNS, Sources
 
 
@@ -164,27 +164,6 @@ def metaworld_headline_table(src: Sources) -> str:
              f"each site's run with its own unreduced step). {ADAPTER_MARK} merged LoRA: the setting's speed. Every "
              "setting, task and policy: [docs/results/metaworld.md](docs/results/metaworld.md)."]
     return "\n".join(table_lines(header, rows) + notes)
-
-
-def paired_change(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> str:
-    """``-1.4 (-3.3 to +0.5)``: ``other``'s success minus ``base``'s over the episodes both ran (per-task evaluation
-    records, paired by task and seed), in points with the paired 95 % interval; ``-`` when they share no episode or
-    a record names no seeds (it cannot be paired)."""
-    from prismatic_tr.eval.intervals import paired_difference_interval
-    from prismatic_tr.policy.closed_loop import record_successes
-
-    def outcomes(tasks: dict[str, dict[str, Any]]) -> dict[tuple[str, int], bool]:
-        return {(task, seed): won for task, rec in tasks.items() for seed, won in record_successes(rec).items()}
-
-    if not all("failed_seeds" in rec for rec in (*base.values(), *other.values())):
-        return "-"
-    first, second = outcomes(other), outcomes(base)
-    shared = first.keys() & second.keys()
-    if not shared:
-        return "-"
-    counts = [sum(first[k] == x and second[k] == y for k in shared) for x, y in
-              ((True, True), (True, False), (False, True), (False, False))]
-    return points_change(*paired_difference_interval(*counts))
 
 
 def _shipped(src: Sources, record: dict[str, Any]) -> str:

@@ -58,7 +58,13 @@ from tools.report.other import (
     serve_table,
 )
 from tools.report.sources import ROOT, Sources
-from tools.report.tabletop import headline_table, main_table, policy_table, tabletop_policies_table
+from tools.report.tabletop import (
+    headline_table,
+    main_table,
+    policy_table,
+    selection_test_table,
+    tabletop_policies_table,
+)
 
 # (page path relative to the root, table name, renderer): each table in exactly one page
 TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
@@ -85,6 +91,7 @@ TABLES: tuple[tuple[str, str, Callable[[Sources], str]], ...] = (
     ("docs/guides/metaworld.md", "metaworld_runs", metaworld_runs_table),
     ("benchmarks/results/policy/README.md", "policy", policy_table),
     ("benchmarks/results/policy/README.md", "oft", main_oft_table),
+    ("benchmarks/results/selection/README.md", "selection_test", selection_test_table),
 )
 
 

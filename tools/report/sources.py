@@ -119,6 +119,7 @@ class Sources:
 
     main: dict[str, Any]  # policy/results.json: {"meta", "records"}
     test100: dict[str, dict[str, Any]]  # setting label -> record of selection/eval_test.json
+    test100_meta: dict[str, Any]  # selection/eval_test.json's meta (its command, date, seeds)
     adapter_test100: dict[str, dict[str, Any]]  # adapter name -> its setting's record of its run's eval_test.json
     by_dtype: dict[str, dict[str, dict[str, Any]]]  # dtype -> setting label -> record of speed_<dtype>/results.json
     oft: dict[str, dict[str, Any]]  # dtype -> oft/<dtype>/results.json ({"meta", "records"})
@@ -150,6 +151,7 @@ class Sources:
         main = read_json(root / POLICY_RESULTS)
         names = [r["adapter"] for r in main["records"] if r.get("adapter")]
         return cls(main=main, test100=by_setting(root / SELECTION_TEST),
+                   test100_meta=read_json(root / SELECTION_TEST)["meta"],
                    adapter_test100={n: _adapter_test(root, n) for n in names},
                    by_dtype={d: by_setting(root / p) for d, p in SPEED_BY_DTYPE.items() if (root / p).is_file()},
                    oft={d: read_json(root / p) for d, p in OFT_BY_DTYPE.items()},

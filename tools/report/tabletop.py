@@ -19,6 +19,7 @@ from tools.report.cells import (
     headline_speed,
     keep,
     machine_words,
+    paired_change,
     recomputed,
     success,
     success_exact,
@@ -185,4 +186,23 @@ def tabletop_policies_table(src: Sources) -> str:
              "choice, evaluation; run 2: its training). The shipped OpenVLA-style policy's test figures are the "
              "unreduced rows of `selection/eval_test.json` and `selection/eval_test_5obj.json`; the OFT-style one's "
              "five-object scenes are `oft_policy/eval_test_5obj/`."]
+    return "\n".join(table_lines(header, rows) + notes)
+
+
+def selection_test_table(src: Sources) -> str:
+    """benchmarks/results/selection/README.md: every setting of ``selection/eval_test.json`` (the bundled policy,
+    the same test seeds in every row): success with its Wilson interval, the change against unreduced on the same
+    episodes with its paired interval, and the mean episode length."""
+    none = src.test100["none"]
+    rows = [["unreduced" if label == "none" else f"`{label}`", success(rec),
+             "-" if label == "none" else paired_change({"tabletop": none}, {"tabletop": rec}), f"{rec['mean_steps']:.1f}"]
+            for label, rec in src.test100.items()]
+    first, last = none.get("seeds") or ("?", "?")
+    header = ["setting", f"success, {none['episodes']} test episodes", "against unreduced, points (paired 95 %)",
+              "mean steps"]
+    notes = ["", f"Test seeds {first:,}-{last:,} (read by no decision), every row on the same episodes. Against "
+             "unreduced: the row's success minus the unreduced policy's, with the 95 % interval of a difference on "
+             "paired episodes (Newcombe's method 10): one that holds 0 is a cost these episodes cannot tell from none. "
+             f"`{src.test100_meta['command']}`, "
+             f"{src.test100_meta['date_utc'][:10]}."]
     return "\n".join(table_lines(header, rows) + notes)

@@ -99,7 +99,9 @@ def format_table(records: Sequence[dict[str, Any]]) -> str:
 
 
 def _flat(value: Any) -> Any:
-    """Shapes (lists) become ``"1x256x2176"`` in CSV cells."""
+    """Shapes (lists) become ``"1x256x2176"`` in CSV cells, mappings (e.g. failed seeds by outcome) JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value)
     if isinstance(value, (list, tuple)):
         return "x".join(str(v) for v in value)
     return "" if value is None else value
