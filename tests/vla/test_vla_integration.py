@@ -149,6 +149,36 @@ def test_peft_wrapped_model(vla_and_inputs):
     assert torch.equal(run(model, inputs), before)
 
 
+@pytest.mark.parametrize("spec", ["diverse_merge:0.25", "vision:diverse_merge:0.25@0.25"])
+def test_a_merge_acts_through_a_peft_wrapper_as_on_the_bare_model(spec: str) -> None:
+    """`diverse_merge` (its groups' sizes weighed in the towers and the language model) attached through PEFT gives
+    the logits it gives on the same model unwrapped (LoRA starts at zero), not `diverse`'s, and comes off leaving the
+    wrapped model's logits exactly as before."""
+    peft = pytest.importorskip("peft")
+    from prismatic_tr.vla import apply_token_reduction_spec
+
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, 700, (2, 12), generator=g)
+    ids[:, 0] = 1
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": torch.randn(2, 6, 224, 224,
+                                                                                                     generator=g)}
+    bare = build_vla("tiny", "dinosiglip-vit-so-224px", seed=3)
+    wrapped = peft.get_peft_model(build_vla("tiny", "dinosiglip-vit-so-224px", seed=3),
+                                  peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    before = run(wrapped, inputs)
+    apply_token_reduction_spec(bare, spec)
+    apply_token_reduction_spec(wrapped, spec)
+    try:
+        merged = run(wrapped, inputs)
+        torch.testing.assert_close(merged, run(bare, inputs), rtol=1e-5, atol=1e-5)
+        apply_token_reduction_spec(bare, spec.replace("diverse_merge", "diverse"))
+        assert not torch.allclose(merged, run(bare, inputs), atol=1e-4)
+    finally:
+        remove_token_reduction(wrapped)
+        remove_token_reduction(bare)
+    assert torch.equal(run(wrapped, inputs), before)
+
+
 def test_ddp_and_compile_wrappers_are_seen_through(tmp_path):
     import torch.distributed as dist
 
