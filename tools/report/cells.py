@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from prismatic_tr.vla.settings import DEFAULT_METHODS
+
 ADAPTER_MARK = "\u2020"  # dagger: the adapter row's speed is its setting's
 
 
@@ -111,7 +113,7 @@ def describe(rec: dict[str, Any]) -> str:
         where = {"projector": "after the backbone (`projector`)",
                  "vision": f"inside both towers after {fraction_words(depth or 0)} of their blocks (`vision`)",
                  "llm": f"inside the language model after {fraction_words(depth or 0)} of its layers (`llm`)"}[site]
-        default = " (default)" if method == "diverse" and site != "llm" else ""
+        default = " (default)" if method == DEFAULT_METHODS[site] and site != "llm" else ""
         words.append(f"{where}, `{method}`{default}" + (", the earlier renumbered positions (`:compact`)" if compact else ""))
     return " + ".join(words)
 
