@@ -161,7 +161,9 @@ def metaworld_headline_table(src: Sources) -> str:
              f"batch 1 in {timed['dtype']}, the median of {timed['config']['timing_runs']} runs interleaved with the "
              f"unreduced one, on {machines} "
              "(`benchmarks/results/metaworld/shipped/speed_merge/`, `speed_vision_merge/`: "
-             f"each site's run with its own unreduced step). {ADAPTER_MARK} merged LoRA: the setting's speed. Every "
+             "each site's run with its own unreduced step; the step is tens of milliseconds and its runs spread "
+             "widely, so ratios a few hundredths apart are the same, and the small policy's ratios are not "
+             f"OpenVLA's). {ADAPTER_MARK} merged LoRA: the setting's speed. Every "
              "setting, task and policy: [docs/results/metaworld.md](docs/results/metaworld.md)."]
     return "\n".join(table_lines(header, rows) + notes)
 
