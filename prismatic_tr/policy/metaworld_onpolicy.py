@@ -117,9 +117,9 @@ def make_onpolicy_dataset(job: OnPolicyJob, data_root: Path, dataset: str) -> di
     return summary
 
 
-def check_onpolicy_data(summary: Path, job: OnPolicyJob) -> None:
+def check_onpolicy_data(summary: Path, job: OnPolicyJob, flag: str = "--output_dir") -> None:
     """ValueError when ``summary`` (an ``onpolicy.json``) records another job than ``job`` (a missing file is
-    fine: the data is made)."""
+    fine: the data is made); ``flag`` is the command's flag that places the data."""
     if summary.is_file():
         held = json.loads(summary.read_text()).get("job")
         if isinstance(held, dict) and "teacher" not in held:   # written before teachers were named: its own policy
@@ -127,7 +127,7 @@ def check_onpolicy_data(summary: Path, job: OnPolicyJob) -> None:
         if held != job.identity():
             changed = sorted(k for k in job.identity() if (held or {}).get(k) != job.identity()[k])
             raise ValueError(f"{summary} records on-policy episodes made otherwise ({', '.join(changed)} differ); "
-                             f"remove {summary.parent} or choose another --output_dir")
+                             f"remove {summary.parent} or choose another {flag}")
 
 
 def onpolicy_job(cfg: Any) -> OnPolicyJob:

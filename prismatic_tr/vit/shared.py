@@ -27,6 +27,15 @@ after the cut then weigh a token that stands for n patches as n copies in their 
 column, ToMe's proportional attention; prefix tokens stand for one): their attention modules get an instance-level
 ``forward`` (:class:`_WeightedAttention`, removed exactly) that reads the pass's group sizes from the call's record
 (``CallRecord.towers``).
+
+``diverse_merge_keys`` (:data:`KEYED_MERGE`, this site only) merges as ``diverse_merge`` does, but picks the cover
+on the keys the next block's attention computes from the cut block's output (all heads side by side,
+:func:`next_block_keys`) instead of on the tokens themselves; the groups are still made on the tokens. Token
+merging (ToMe, Bolya et al., ICLR 2023) found a block's keys a better measure of which tokens are alike than the
+tokens; here they choose the representatives, written from that description, no code taken. Measured (issue 48):
+on the MetaWorld policy's recorded states, choosing the cover on keys brought the reduced action
+chunk nearer the unreduced one than choosing it on tokens
+(``benchmarks/metaworld_action_gap.py``, ``benchmarks/results/metaworld/shipped/action_gap/``).
 """
 
 from __future__ import annotations
@@ -56,12 +65,14 @@ from prismatic_tr.vit.attention import attention_forward, check_attention_module
 from prismatic_tr.vit.topk import query_row_scores
 
 SCORINGS = ("attention", "norm")  # the towers' own scores; any registered selection strategy is allowed too
+KEYED_MERGE = "diverse_merge_keys"  # diverse_merge with its cover chosen on the next block's attention keys
+OWN_SCORINGS = SCORINGS + (LEARNED, KEYED_MERGE)  # the scorings this module implements itself (no reducers strategy)
 
 
 def scorings() -> tuple[str, ...]:
-    """Every scoring a shared selection accepts: :data:`SCORINGS`, ``"learned"``, then the reducers' selection
-    strategies."""
-    return SCORINGS + (LEARNED,) + tuple(m for m in selection_methods() if m not in SCORINGS)
+    """Every scoring a shared selection accepts: :data:`SCORINGS`, ``"learned"``, ``"diverse_merge_keys"``, then
+    the reducers' selection strategies."""
+    return OWN_SCORINGS + tuple(m for m in selection_methods() if m not in SCORINGS)
 
 
 def tower_width(tower: nn.Module) -> int:
@@ -124,8 +135,17 @@ def patch_scores(tower: nn.Module, block: int, x: torch.Tensor, scoring: str | R
 
 
 def merges(scoring: str) -> bool:
-    """True when ``scoring`` is a reducers strategy that merges the patches it does not keep (``diverse_merge``)."""
-    return scoring not in SCORINGS + (LEARNED,) and get_strategy(scoring).merges
+    """True when ``scoring`` merges the patches it does not keep: ``diverse_merge_keys``, or a reducers strategy
+    that merges (``diverse_merge``)."""
+    return scoring == KEYED_MERGE or (scoring not in OWN_SCORINGS and get_strategy(scoring).merges)
+
+
+def next_block_keys(tower: nn.Module, block: int, out: torch.Tensor) -> torch.Tensor:
+    """(B, P + N, C) output of ``tower.blocks[block]`` -> (B, P + N, H * d): the keys ``tower.blocks[block + 1]``'s
+    attention computes from it (after its ``norm1`` and key norm), every head's side by side."""
+    nxt = tower.blocks[block + 1]
+    _, k = _query_keys(nxt.attn, nxt.norm1(out))       # (B, H, P + N, d)
+    return k.transpose(1, 2).flatten(2)
 
 
 def _merged(out: torch.Tensor, owner: torch.Tensor, k: int, num_prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,8 +208,10 @@ class SharedSelectionHandle:
         self.num_patches = int(self.towers[0].patch_embed.num_patches)
         self.kept = num_kept(self.num_patches, config.keep_ratio)
         self.records = Records(record)
-        self._scoring: str | ReducerConfig = config.method if config.method in SCORINGS + (LEARNED,) else \
+        self._scoring: str | ReducerConfig = config.method if config.method in OWN_SCORINGS else \
             ReducerConfig(method=config.method, keep_ratio=config.keep_ratio)
+        # diverse_merge_keys: diverse's cover, run on the next block's keys
+        self._cover = ReducerConfig(method="diverse", keep_ratio=config.keep_ratio)
         self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
         self.merges = merges(config.method)
         self._weighted: list[tuple[nn.Module, Any]] = []  # (attention module, its own instance forward or None)
@@ -239,7 +261,10 @@ class SharedSelectionHandle:
             scores = self.scorer.order(out[:, p:], self.kept, log_weights)
         else:
             key = self._keys.next_key() if self._keys is not None else None
-            scores = patch_scores(tower, block, out, self._scoring, key)
+            if self.config.method == KEYED_MERGE:
+                scores = patch_scores(tower, block, next_block_keys(tower, block, out), self._cover)
+            else:
+                scores = patch_scores(tower, block, out, self._scoring, key)
         positions = top_indices_after_prefix(scores, self.kept, p)
         chosen = positions[:, p:] - p if p else positions  # patch indices
         owner = sizes = None
@@ -284,7 +309,7 @@ class SharedSelectionHandle:
 
 def draws_at_random(scoring: str) -> bool:
     """True when ``scoring`` is a reducers strategy that draws a fresh random key per call (``random``)."""
-    return scoring not in SCORINGS + (LEARNED,) and get_strategy(scoring).uses_key
+    return scoring not in OWN_SCORINGS and get_strategy(scoring).uses_key
 
 
 def check_towers(towers: Sequence[nn.Module]) -> None:

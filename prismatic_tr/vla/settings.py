@@ -31,8 +31,7 @@ from typing import Any
 from prismatic_tr.reducers import ReducerConfig
 from prismatic_tr.reducers.config import check_fraction
 from prismatic_tr.reducers.learned import LEARNED, check_scorer_values
-from prismatic_tr.reducers.registry import available_methods, get_strategy
-from prismatic_tr.vit.shared import scorings
+from prismatic_tr.vit.shared import merges, scorings
 
 CONFIG_KEY = "token_reduction"
 SITES = ("projector", "vision", "llm")
@@ -115,8 +114,7 @@ class Setting:
         if any(p.also or p.is_baseline for p in self.also) or len(set(sites)) != len(sites) \
                 or {"projector", "vision"} <= set(sites):
             raise ValueError(f"sites {sites} cannot be combined; combine the llm site with one of projector / vision")
-        merging = [p.method for p in self.parts if p.site != "llm" and p.method in available_methods()
-                   and get_strategy(p.method).merges]
+        merging = [p.method for p in self.parts if p.site != "llm" and merges(p.method)]
         if merging and "llm" in sites:
             raise ValueError(f"method {merging[0]!r} weighs its merged tokens in the language model's attention "
                              "(proportional attention) and cannot be combined with the llm site, which drops some of "

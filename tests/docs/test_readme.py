@@ -182,13 +182,15 @@ def test_a_setting_slower_than_unreduced_says_so_in_every_speed_cell() -> None:
 def test_the_metaworld_rows_pair_each_setting_with_the_default_and_its_shipped_adapter() -> None:
     """The README's MetaWorld table: each row's `diverse_merge` and `diverse` cells are their test runs' pooled
     successes, their speed the shipped policy's timed run's; a shipped adapter's row follows its setting's row with
-    that setting's speed, marked, and no `diverse` cells (the fine-tunes that were not shipped have no row)."""
-    from tools.report.metaworld import METAWORLD_HEADLINE_ROWS
+    that setting's speed, marked, and no `diverse` cells (the fine-tunes that were not shipped have no row); a
+    `diverse_merge_keys` row follows its `vision:diverse_merge` setting's with its own test and timing."""
+    from tools.report.metaworld import METAWORLD_HEADLINE_ROWS, METAWORLD_HEADLINE_VARIANTS
 
     rows = _table_rows(README.read_text(), "metaworld_headline")
     src = sources.Sources.read(ROOT)
     tested = {r["setting"]: r for run in src.metaworld_tables["the shipped policy"] for r in run["records"]}
-    speeds = {r["setting"]: r["predict_action_speedup"] for run in src.metaworld_speed for r in run["records"]}
+    speeds = {r["setting"]: r["predict_action_speedup"]  # a setting timed in two runs: the first run's
+              for run in reversed(src.metaworld_speed) for r in run["records"]}
     labels = [row[0] for row in rows]
     assert [label for label in labels if not label.startswith("...")] == [r[0] for r in METAWORLD_HEADLINE_ROWS]
     for label, merge, default in METAWORLD_HEADLINE_ROWS:
@@ -197,6 +199,14 @@ def test_the_metaworld_rows_pair_each_setting_with_the_default_and_its_shipped_a
             rec = tested[setting]
             assert success.startswith(f"{100 * rec['successes'] / rec['episodes']:.1f} %"), setting
             assert speed.startswith(f"{speeds[setting]:.2f}x"), setting
+    variants = [(i, row) for i, row in enumerate(rows) if row[0].startswith("... with its cover on the next")]
+    assert [row[0].split("`")[1] for _, row in variants] == ["diverse_merge_keys"] * 3
+    for i, row in variants:  # after its setting's row: the keyed merge at the same keep, its own test and timing
+        setting = next(row[0] for row in reversed(rows[:i]) if not row[0].startswith("..."))  # after its adapter's
+        variant = METAWORLD_HEADLINE_VARIANTS[next(m for label, m, _ in METAWORLD_HEADLINE_ROWS if label == setting)]
+        rec = tested[variant]
+        assert row[1].startswith(f"{100 * rec['successes'] / rec['episodes']:.1f} %") and row[4:] == ["-", "-", "-"]
+        assert row[3].startswith(f"{speeds[variant]:.2f}x")
     adapters = [(i, row) for i, row in enumerate(rows) if row[0].startswith("... with its shipped adapter")]
     assert len(adapters) == 2
     for i, row in adapters:

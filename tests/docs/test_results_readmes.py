@@ -230,7 +230,7 @@ def test_the_merge_groups_readme_figures_equal_their_files() -> None:
     assert f"gave {rate} on test" in page
 
 
-@pytest.mark.parametrize("folder", ["val_merge", "val_vision_merge"])
+@pytest.mark.parametrize("folder", ["val_merge", "val_vision_merge", "val_vision_keys"])
 def test_the_tabletop_merge_validation_figures_equal_their_files(folder: str) -> None:
     """The validation successes (with their Wilson intervals) the tabletop `diverse_merge` READMEs tabulate are their
     run's ``results.json``, row for row."""

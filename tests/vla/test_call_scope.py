@@ -226,7 +226,8 @@ def test_peft_wrapped_calls_are_scoped_on_the_inner_model(attach_first: bool) ->
 
 
 @pytest.mark.parametrize("spec", ["diverse:0.25", "diverse_merge:0.25", "vision:diverse:0.25@0.25",
-                                  "vision:diverse_merge:0.25@0.25", "llm:attention:0.5@0.25"])
+                                  "vision:diverse_merge:0.25@0.25", "vision:diverse_merge_keys:0.25@0.25",
+                                  "llm:attention:0.5@0.25"])
 def test_the_oft_training_pass_is_a_call_of_its_own(spec: str) -> None:
     """OpenVLA-OFT's training forward (``predict_chunk``, what fine-tuning and distillation run) is a top-level call:
     with gradients on, outside any call opened by hand, it gives the chunk of ``predict_action``'s own pass (kept

@@ -30,6 +30,7 @@ from prismatic_tr.vla import (
     remove_token_reduction,
 )
 from prismatic_tr.vla.sites import llm_layer
+from prismatic_tr.vla.spec import parse_setting
 
 BACKBONES = ["dinosiglip-vit-so-224px", "siglip-vit-so400m"]
 
@@ -183,6 +184,55 @@ def test_vision_site_scores_with_a_reducers_strategy_on_the_cut_blocks_output(me
         assert vla.config.token_reduction["method"] == method
     finally:
         remove_token_reduction(vla)
+
+
+def test_vision_site_keyed_merge_covers_the_next_blocks_keys_and_groups_the_tokens() -> None:
+    """``vision:diverse_merge_keys``: the kept patches are ``diverse``'s cover of the keys the next block's attention
+    computes from the cut block's output (not of the tokens, which it covers differently here), and every patch joins
+    the kept one nearest to it in the tokens, as ``diverse_merge``'s groups; the sizes count those groups; no host sync;
+    nothing left on the towers after removal."""
+    from prismatic_tr.reducers import TokenReducer
+    from prismatic_tr.reducers.strategies.diverse_merge import nearest_owner
+    from prismatic_tr.vit.shared import next_block_keys
+
+    vla = tiny()
+    vb = vla.vision_backbone
+    px = make_inputs(vla)["pixel_values"]
+    dino = vb.featurizer
+    block, p = reduction_block(len(dino.blocks), 0.25), dino.num_prefix_tokens
+    with torch.no_grad():
+        x = dino.norm_pre(dino.patch_drop(dino._pos_embed(dino.patch_embed(px[:, :3]))))
+        for b in dino.blocks[: block + 1]:
+            x = b(x)
+        cover = TokenReducer(method="diverse", keep_ratio=0.25, num_prefix_tokens=p)
+        on_keys = cover.reduce(next_block_keys(dino, block, x)).indices
+        on_tokens = cover.reduce(x).indices
+        owner = nearest_owner(x[:, p:], on_keys)
+    assert not torch.equal(on_keys, on_tokens)
+    before = snapshot(vla)
+    apply_token_reduction_spec(vla, "vision:diverse_merge_keys:0.25@0.25")
+    try:
+        with torch.no_grad(), reduction_call(vla) as call:
+            out = vb(px)
+        assert torch.equal(call.kept, on_keys)
+        want = torch.stack([torch.bincount(o, minlength=on_keys.shape[1]) for o in owner]).float()
+        assert torch.equal(call.sizes, want)
+        assert out.shape[1] == on_keys.shape[1]
+        assert find_host_syncs(lambda: vb(px)) == {}
+    finally:
+        remove_token_reduction(vla)
+    assert_same(before, snapshot(vla))
+    assert all("forward" not in blk.attn.__dict__ for t in vb.towers for blk in t.blocks)
+
+
+def test_keyed_merge_is_a_vision_site_method_and_stays_off_the_llm_site() -> None:
+    """``diverse_merge_keys`` reads a tower's next block, so the projector site refuses it by name; like every merge
+    it cannot be combined with the llm site, which would drop tokens that stand for several patches."""
+    with pytest.raises(ValueError, match="diverse_merge_keys"):
+        parse_setting("diverse_merge_keys:0.25")
+    with pytest.raises(ValueError, match="'diverse_merge_keys' weighs its merged tokens"):
+        parse_setting("vision:diverse_merge_keys:0.25@0.25+llm:attention:0.5@0.25")
+    assert parse_setting("vision:diverse_merge_keys:0.25@0.25").label == "vision:diverse_merge_keys:0.25@0.25"
 
 
 def backbone_kept(vla: NativeOpenVLA, px: torch.Tensor, before: Any = None) -> torch.Tensor:
