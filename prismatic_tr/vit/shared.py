@@ -211,7 +211,8 @@ class SharedSelectionHandle:
         self._scoring: str | ReducerConfig = config.method if config.method in OWN_SCORINGS else \
             ReducerConfig(method=config.method, keep_ratio=config.keep_ratio)
         # diverse_merge_keys: diverse's cover, run on the next block's keys
-        self._cover = ReducerConfig(method="diverse", keep_ratio=config.keep_ratio)
+        self._cover = ReducerConfig(method="diverse", keep_ratio=config.keep_ratio) \
+            if config.method == KEYED_MERGE else None
         self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
         self.merges = merges(config.method)
         self._weighted: list[tuple[nn.Module, Any]] = []  # (attention module, its own instance forward or None)
@@ -261,7 +262,7 @@ class SharedSelectionHandle:
             scores = self.scorer.order(out[:, p:], self.kept, log_weights)
         else:
             key = self._keys.next_key() if self._keys is not None else None
-            if self.config.method == KEYED_MERGE:
+            if self._cover is not None:
                 scores = patch_scores(tower, block, next_block_keys(tower, block, out), self._cover)
             else:
                 scores = patch_scores(tower, block, out, self._scoring, key)

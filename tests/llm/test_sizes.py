@@ -165,7 +165,8 @@ def run(vla: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return vla(**inputs).logits
 
 
-MERGING = {"diverse_merge:0.25": "diverse:0.25", "vision:diverse_merge:0.25@0.25": "vision:diverse:0.25@0.25"}
+MERGING = {"diverse_merge:0.25": "diverse:0.25", "vision:diverse_merge:0.25@0.25": "vision:diverse:0.25@0.25",
+           "vision:diverse_merge_keys:0.25@0.25": "vision:diverse:0.25@0.25"}
 
 
 @pytest.mark.parametrize("spec", list(MERGING))

@@ -33,8 +33,10 @@ SITES = [
     dict(site="projector", method="diverse", reduction_ratio=0.25),
     dict(site="vision", method="diverse", reduction_ratio=0.25, depth_fraction=0.5),
     dict(site="llm", reduction_ratio=0.25, depth_fraction=0.5),
+    # a merge inside the towers: its group sizes ride in the call's record for the later blocks and the language model
+    dict(site="vision", method="diverse_merge_keys", reduction_ratio=0.25, depth_fraction=0.5),
 ]
-IDS = [s["site"] for s in SITES]
+IDS = [s["site"] + ("-" + s["method"] if s.get("method", "diverse") != "diverse" else "") for s in SITES]
 
 
 class Boom(RuntimeError):
