@@ -3,6 +3,7 @@ markdown table itself."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -131,6 +132,16 @@ def dtype_speeds(rec: dict[str, Any], by_dtype: dict[str, dict[str, dict[str, An
     slower = [d for d, r in zip(("float32", "bfloat16"), rows, strict=True) if round(r["predict_action_speedup"], 2) < 1]
     return (" / ".join(f"{r['predict_action_speedup']:.2f}" for r in rows) + "x"
             + (f" (slower in {' and '.join(slower)})" if slower else ""))
+
+
+def page_command(command: str, kept_as: str) -> str:
+    """A recorded command as a page shows it: an ``--output_dir`` outside the repository (an absolute path on the
+    machine that ran it, which a reader cannot open) becomes ``OUT``, and the page says which committed file holds
+    what it wrote (``kept_as``); a command that wrote into the repository is shown as recorded."""
+    out = re.search(r"--output_dir (/\S+)", command)
+    if out is None:
+        return f"`{command}`"
+    return f"`{command.replace(out.group(1), 'OUT')}` (OUT a folder outside the repository; its results: `{kept_as}`)"
 
 
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -19,6 +19,7 @@ from tools.report.cells import (
     headline_speed,
     keep,
     machine_words,
+    page_command,
     paired_change,
     recomputed,
     success,
@@ -203,6 +204,6 @@ def selection_test_table(src: Sources) -> str:
     notes = ["", f"Test seeds {first:,}-{last:,} (read by no decision), every row on the same episodes. Against "
              "unreduced: the row's success minus the unreduced policy's, with the 95 % interval of a difference on "
              "paired episodes (Newcombe's method 10): one that holds 0 is a cost these episodes cannot tell from none. "
-             f"`{src.test100_meta['command']}`, "
+             f"{page_command(src.test100_meta['command'], 'eval_test.json')}, "
              f"{src.test100_meta['date_utc'][:10]}."]
     return "\n".join(table_lines(header, rows) + notes)
