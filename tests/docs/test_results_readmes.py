@@ -244,3 +244,27 @@ def test_the_tabletop_merge_validation_figures_equal_their_files(folder: str) ->
         rec = records[label.strip("`").replace("unreduced", "none")]
         assert (int(rate), int(low), int(high)) == tuple(round(100 * rec[k]) for k in (
             "success_rate", "success_ci_low", "success_ci_high")), label
+
+
+def test_the_bf16_speed_readme_figures_equal_their_files() -> None:
+    """``metaworld/shipped/speed_bf16/README.md``: each table cell is its setting's end-to-end ratio in the folder's
+    ``results.json`` (noisy or slower rows marked as the other speed READMEs mark them), the unreduced median is the
+    file's, and every other ratio its prose quotes is a row of that file or of the float32 run it compares with
+    (``speed_vision_keys/cpu-bench-oft``)."""
+    import json
+
+    shipped = RESULTS / "metaworld" / "shipped"
+    folder = shipped / "speed_bf16"
+    readme = " ".join((folder / "README.md").read_text().split())
+    records = {r["setting"]: r for r in json.loads((folder / "results.json").read_text())["records"]}
+    older = json.loads((shipped / "speed_vision_keys" / "cpu-bench-oft" / "results.json").read_text())["records"]
+    assert f"Unreduced: {records['none']['predict_action_ms']:.1f} ms." in readme
+    for setting, r in records.items():
+        if setting == "none":
+            continue
+        cell = f"{r['predict_action_speedup']:.2f}x" + (" (noisy)" if r.get("noise_flag") else "") + \
+            (" (slower)" if r["predict_action_speedup"] < 1 else "")
+        assert f"| `{setting}` | {cell} |" in readme, (setting, cell)
+    known = {f"{r['predict_action_speedup']:.2f}x" for r in [*records.values(), *older] if r.get("predict_action_speedup")}
+    quoted = set(re.findall(r"\b\d+\.\d\dx", readme))
+    assert quoted and quoted <= known, quoted - known
