@@ -268,3 +268,14 @@ def test_the_bf16_speed_readme_figures_equal_their_files() -> None:
     known = {f"{r['predict_action_speedup']:.2f}x" for r in [*records.values(), *older] if r.get("predict_action_speedup")}
     quoted = set(re.findall(r"\b\d+\.\d\dx", readme))
     assert quoted and quoted <= known, quoted - known
+
+
+def test_a_page_shows_a_run_folder_outside_the_repository_as_out() -> None:
+    """A recorded ``--output_dir`` outside the repository is shown as ``OUT`` with the committed file named; one inside
+    it is shown as recorded."""
+    from tools.report.cells import page_command
+
+    shown = page_command("python x.py --settings a --output_dir /work/runs/tt/out --progress false", "eval_test.json")
+    assert "/work/runs" not in shown and "--output_dir OUT --progress false" in shown and "`eval_test.json`" in shown
+    inside = "python x.py --output_dir benchmarks/results/selection"
+    assert page_command(inside, "eval_test.json") == f"`{inside}`"
