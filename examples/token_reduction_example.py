@@ -8,9 +8,9 @@ The bundled tabletop policy (a small OpenVLA trained here, ``prismatic_tr/assets
 
 1. unreduced: the language model receives all 256 patch tokens (both vision towers cut the 224 px image
    into the same 16 x 16 patches, fused patch by patch);
-2. the default selection (``diverse``) at the ``vision`` site, keeping 0.1 of the tokens after 1/4 of the
+2. the default selection (``diverse_merge``) at the ``vision`` site, keeping 0.1 of the tokens after 1/4 of the
    tower blocks, training-free;
-3. the same setting with its shipped LoRA adapter (``load_adapted_policy("vision-diverse-0.1-0.25")``).
+3. the same setting with its shipped LoRA adapter (``load_adapted_policy("vision-diverse_merge-0.1-0.25")``).
 
 Per setting it prints the visual tokens the language model receives, the action on one fixed observation
 and the episodes that succeeded. A handful of episodes shows the effect, not a measurement: the README's
@@ -37,8 +37,8 @@ from prismatic_tr.models import build_prompt
 from prismatic_tr.policy import UNNORM_KEY, load_bundled_policy, run_episodes
 from prismatic_tr.policy.adapters import load_adapted_policy
 
-ADAPTER = "vision-diverse-0.1-0.25"
-SETTING = {"site": "vision", "method": "diverse", "reduction_ratio": 0.1, "depth_fraction": 0.25}  # the adapter's
+ADAPTER = "vision-diverse_merge-0.1-0.25"
+SETTING = {"site": "vision", "method": "diverse_merge", "reduction_ratio": 0.1, "depth_fraction": 0.25}  # the adapter's
 
 
 def report(label: str, vla: torch.nn.Module, processor: Any, seeds: range) -> None:
@@ -73,7 +73,7 @@ def main() -> None:
     print(f"{'setting':<50} {'tokens':>6}  {'action':<50}  success")
     report("unreduced", vla, processor, seeds)
     apply_token_reduction_to_vla(vla, **SETTING)
-    report("vision diverse keep 0.1 after 1/4, training-free", vla, processor, seeds)
+    report("vision diverse_merge keep 0.1 after 1/4, training-free", vla, processor, seeds)
     remove_token_reduction(vla)
     report(f"same + shipped adapter {ADAPTER}", adapted, processor, seeds)
     print("\ntokens: visual tokens the language model receives per image. Speed is not timed here (one timing on a "

@@ -1,8 +1,8 @@
 """Token reduction for OpenVLA policies: the public API that robot code imports.
 
     from experiments.robot.token_reduction_utils import apply_token_reduction_to_vla
-    vla = apply_token_reduction_to_vla(vla, reduction_ratio=0.25)   # the measured default method ("diverse")
-    vla = apply_token_reduction_spec(vla, "vision:diverse:0.1@0.25")  # the same settings in the one spec grammar
+    vla = apply_token_reduction_to_vla(vla, reduction_ratio=0.25)   # the measured default method ("diverse_merge")
+    vla = apply_token_reduction_spec(vla, "vision:diverse_merge:0.1@0.25")  # the same settings in the one spec grammar
     action = vla.predict_action(**inputs, unnorm_key="bridge_orig", do_sample=False)
 
 Everything here is a re-export of :mod:`prismatic_tr`; see its modules for the details.

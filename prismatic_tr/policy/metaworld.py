@@ -25,7 +25,7 @@ from torch import nn
 from prismatic_tr.policy.closed_loop import EpisodeOutcome, evaluation_record, observing, run_episodes
 
 # The reduction table's settings (vla.spec): unreduced, the projector and vision sites at keep 0.5 / 0.25 / 0.1
-# with the default selection (vision cut after 1/4 of the towers), and the llm site in the one pass.
+# with `diverse` (the default in 0.5.0; vision cut after 1/4 of the towers), and the llm site in the one pass.
 TABLE_SETTINGS = ("none", "diverse:0.5", "diverse:0.25", "diverse:0.1", "vision:diverse:0.5@0.25",
                   "vision:diverse:0.25@0.25", "vision:diverse:0.1@0.25", "llm:attention:0.5@0.25")
 

@@ -37,12 +37,17 @@ CONFIG_KEY = "token_reduction"
 SITES = ("projector", "vision", "llm")
 POSITIONS = ("original", "compact")
 SITE_METHODS: dict[str, tuple[str, ...]] = {"vision": scorings(), "llm": ("attention",)}
-# Measured on the bundled policy's validation split (benchmarks/results/selection/): the max-min cover keeps the
-# small objects the task names, where the seed design's topk_magnitude / attention_score keep the background.
-DEFAULT_METHODS = {"projector": "diverse", "vision": "diverse", "llm": "attention"}
-# The projector methods an evaluation sweeps unless told otherwise: the default first, then the seed design's four
-# (topk_magnitude and attention_score keep the background and lose the task: docs/results/openvla.md).
-SWEEP_METHODS = (DEFAULT_METHODS["projector"], "topk_magnitude", "attention_score", "random", "spatial_pool")
+# Chosen on validation episodes: diverse's max-min cover keeps the small objects the task names, where the seed
+# design's topk_magnitude / attention_score keep the background (benchmarks/results/selection/); diverse_merge keeps
+# the same cover and folds every other token into its nearest kept one, and beats diverse at both sites on the
+# validation episodes of the tabletop policy (selection/val_merge/, val_vision_merge/), the OFT-style one
+# (oft_policy/val_merge/) and MetaWorld (metaworld/shipped/validation_proportional/, validation_vision_merge/).
+DEFAULT_METHODS = {"projector": "diverse_merge", "vision": "diverse_merge", "llm": "attention"}
+# The projector methods an evaluation sweeps unless told otherwise: the default first, diverse (the cover alone, the
+# default in 0.5.0), then the seed design's four (topk_magnitude and attention_score keep the background and lose
+# the task: docs/results/openvla.md).
+SWEEP_METHODS = (DEFAULT_METHODS["projector"], "diverse", "topk_magnitude", "attention_score", "random",
+                 "spatial_pool")
 DEFAULT_DEPTH_FRACTION = 0.25
 POOL_METHOD = "spatial_pool"
 DEFAULT_MERGE_SIZE = 2  # spatial_pool's window side when none is given

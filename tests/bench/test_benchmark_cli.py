@@ -189,7 +189,8 @@ def test_defaults_are_the_documented_main_job_and_full_sweep():
     assert cfg.spatial_merge_size == 2 and cfg.output_dir == Path("outputs/benchmark")
     assert cfg.settings == config.MAIN_SETTINGS and cfg.policy_episodes == 50 and cfg.policy_split == "test"
     assert (cfg.num_runs, cfg.warmup) == (3, 0)  # each setting's MACs pass warms it
-    assert cfg.validation_episodes == 20 and cfg.adapters == ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+    assert cfg.validation_episodes == 20
+    assert cfg.adapters == ["vision-diverse_merge-0.1-0.25", "projector-diverse_merge-0.1"]
     assert cfg.adapters == config.SHIPPED_ADAPTERS
     # every shipped adapter's setting is timed by the main job, so its row has a speed to copy
     from prismatic_tr.bench.vla.policy_rows import adapter_setting

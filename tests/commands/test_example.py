@@ -25,8 +25,8 @@ def test_example_runs_the_three_settings_on_the_bundled_policy():
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     rows = {m["label"]: m for m in ROW.finditer(done.stdout)}
-    assert list(rows) == ["unreduced", "vision diverse keep 0.1 after 1/4, training-free",
-                          "same + shipped adapter vision-diverse-0.1-0.25"], done.stdout
+    assert list(rows) == ["unreduced", "vision diverse_merge keep 0.1 after 1/4, training-free",
+                          "same + shipped adapter vision-diverse_merge-0.1-0.25"], done.stdout
     unreduced, free, adapted = rows.values()
     # both towers cut the 224 px image into the same 16 x 16 patches, fused patch by patch: 256 tokens
     assert int(unreduced["tokens"]) == 256

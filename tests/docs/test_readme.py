@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from prismatic_tr.vla.settings import DEFAULT_METHODS
 from tools.report import cells as report_cells
 from tools.report import figure, pages, sources, tabletop
 
@@ -111,18 +112,19 @@ def test_adapter_rows_show_their_settings_speed_and_their_own_success(tmp_path: 
     _copy_sources(tmp_path)
     results = tmp_path / sources.POLICY_RESULTS
     data = json.loads(results.read_text())
-    i, row = next((i, r) for i, r in enumerate(data["records"]) if r["setting"] == "vision:diverse:0.1@0.25")
-    adapter = {**row, "setting": f"{row['setting']} with adapter vision-diverse-0.1-0.25",
-               "adapter": "vision-diverse-0.1-0.25", "speed_from": row["setting"], "success_rate": 0.5,
+    setting, name = f"vision:{DEFAULT_METHODS['vision']}:0.1@0.25", f"vision-{DEFAULT_METHODS['vision']}-0.1-0.25"
+    i, row = next((i, r) for i, r in enumerate(data["records"]) if r["setting"] == setting)
+    adapter = {**row, "setting": f"{row['setting']} with adapter {name}",
+               "adapter": name, "speed_from": row["setting"], "success_rate": 0.5,
                "success_ci_low": 0.4, "success_ci_high": 0.6}
     data["records"].insert(i + 1, adapter)
     results.write_text(json.dumps(data))
     assert pages.main(["--root", str(tmp_path)]) == 0
     rows = _table_rows((tmp_path / "docs/results/openvla.md").read_text(), "main")
     cells = rows[i + 1]
-    assert cells[0] == "`vision:diverse:0.1@0.25` with its shipped fine-tuned adapter (`vision-diverse-0.1-0.25`)"
+    assert cells[0] == f"`{setting}` with its shipped fine-tuned adapter (`{name}`)"
     assert cells[2].startswith(f"{row['predict_action_speedup']:.2f}x") and cells[2].endswith(report_cells.ADAPTER_MARK)
-    assert cells[3] == rows[i][3] and cells[4] == "50 % (40-60 %)" and cells[6] == "96 % (90-98 %)"
+    assert cells[3] == rows[i][3] and cells[4] == "50 % (40-60 %)" and cells[6] == "97 % (92-99 %)"
 
 
 def test_a_noisy_figure_is_never_a_headline(tmp_path: Path) -> None:
@@ -142,7 +144,7 @@ def test_a_noisy_figure_is_never_a_headline(tmp_path: Path) -> None:
     _copy_sources(tmp_path)
     path = tmp_path / sources.OFT_BY_DTYPE["bfloat16"]
     data = json.loads(path.read_text())
-    rec = next(r for r in data["records"] if r["setting"] == "vision:diverse:0.1@0.25")
+    rec = next(r for r in data["records"] if r["setting"] == f"vision:{DEFAULT_METHODS['vision']}:0.1@0.25")
     rec["noise_flag"] = True
     path.write_text(json.dumps(data))
     assert pages.main(["--check", "--root", str(tmp_path)]) == 1

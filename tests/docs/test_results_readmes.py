@@ -279,3 +279,20 @@ def test_a_page_shows_a_run_folder_outside_the_repository_as_out() -> None:
     assert "/work/runs" not in shown and "--output_dir OUT --progress false" in shown and "`eval_test.json`" in shown
     inside = "python x.py --output_dir benchmarks/results/selection"
     assert page_command(inside, "eval_test.json") == f"`{inside}`"
+
+
+@pytest.mark.parametrize("folder", ["val_merge", "eval_test_merge"])
+def test_the_oft_policy_merge_readme_figures_equal_their_files(folder: str) -> None:
+    """The OFT-style tabletop policy's `diverse_merge` READMEs: each row's first success cell (one decimal, with its
+    Wilson interval) is its run's ``results.json``, row for row, every setting of the run tabulated."""
+    import json
+
+    run = RESULTS / "oft_policy" / folder
+    records = {r["setting"]: r for r in json.loads((run / "results.json").read_text())["records"]}
+    rows = re.findall(r"^\| (unreduced|`[^`]+`) \| (\d+\.\d) % \((\d+\.\d)-(\d+\.\d)\) \|", (run / "README.md").read_text(),
+                      re.M)
+    assert sorted(label.strip("`").replace("unreduced", "none") for label, *_ in rows) == sorted(records)
+    for label, *cells in rows:
+        rec = records[label.strip("`").replace("unreduced", "none")]
+        assert tuple(cells) == tuple(f"{100 * rec[k]:.1f}" for k in ("success_rate", "success_ci_low",
+                                                                      "success_ci_high")), label

@@ -28,7 +28,9 @@ from prismatic_tr.vla import (
 )
 
 N_PATCHES = 256  # tiny preset: 224 px, patch 14
-VISION = {"site": "vision", "depth_fraction": 0.5, "reduction_ratio": 0.25}
+# a selecting method: the hand-built reference runs the kept tokens alone (a merging one, the default, also weighs
+# each kept token by its group in the attention: tests/llm/test_sizes.py)
+VISION = {"site": "vision", "method": "diverse", "depth_fraction": 0.5, "reduction_ratio": 0.25}
 
 
 def tiny_batch(batch: int = 2, text: int = 6, pad: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -101,8 +101,8 @@ def metaworld_table(src: Sources) -> str:
 
 
 SHIPPED = "the shipped policy"  # its key in METAWORLD_TABLE_SETS
-# the README's MetaWorld rows: (label, the `diverse_merge` setting, the `diverse` one); a setting's shipped adapter
-# follows its row
+# the README's MetaWorld rows: (label, the `diverse_merge` setting (the default), the `diverse` one (the default in
+# 0.5.0); a setting's shipped adapter follows its row
 METAWORLD_HEADLINE_ROWS = (
     ("unreduced", "none", "none"),
     ("`projector` keep 0.5", "diverse_merge:0.5", "diverse:0.5"),
@@ -119,7 +119,7 @@ METAWORLD_HEADLINE_VARIANTS = {f"vision:diverse_merge:{k}@0.25": f"vision:divers
 
 
 def metaworld_headline_table(src: Sources) -> str:
-    """README.md: MetaWorld MT10 on the shipped policy, `diverse_merge` beside `diverse` (the default) at each site
+    """README.md: MetaWorld MT10 on the shipped policy, `diverse_merge` (the default) beside `diverse` at each site
     and keep: test success (500 episodes), its paired change against unreduced, and the end-to-end speed-up of the
     shipped policy's step (``METAWORLD_SPEED``); each setting's shipped adapter on the row after it, then its variant
     (``METAWORLD_HEADLINE_VARIANTS``) where that was tested."""
@@ -154,8 +154,8 @@ def metaworld_headline_table(src: Sources) -> str:
         if variant in tested:
             rows.append([f"... with its cover on the next block's keys, `{variant.split(':')[1]}`",
                          *cells(variant, tested[variant]["tasks"]), "-", "-", "-"])
-    header = ["setting", "`diverse_merge`: success", "against unreduced, points (paired 95 %)", "end to end",
-              "`diverse` (the default): success", "against unreduced, points (paired 95 %)", "end to end"]
+    header = ["setting", "`diverse_merge` (the default): success", "against unreduced, points (paired 95 %)",
+              "end to end", "`diverse`: success", "against unreduced, points (paired 95 %)", "end to end"]
     table_meta = tables[0]["meta"]
     timed = src.metaworld_speed[0]["meta"]
     by_cpu: dict[str, list[str]] = {}   # each machine once, with the days it was timed on

@@ -34,7 +34,7 @@ def main_oft_rows(src: Sources) -> str:
             f"{r['predict_action_speedup']:.2f}" + ("*" if r.get("noise_flag") else "") for r in rows) + "x"
 
     rows = []
-    for rec in src.oft["float32"]["records"]:
+    for rec in settings_in_order(src.oft):
         label = rec["setting"]
         rows.append([describe(rec), keep(rec), speeds(label), success_exact(src.oft_policy["test"].get(label)),
                      success_exact(src.oft_policy["test_5obj"].get(label))])
@@ -53,11 +53,21 @@ def main_oft_rows(src: Sources) -> str:
     return "\n".join(table_lines(header, rows) + notes)
 
 
+def settings_in_order(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per setting timed by any of ``runs`` (dtype -> results): the first run's in its order, then each
+    later run's settings the ones before it lack (a run that timed more settings adds rows)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for run in runs.values():
+        for rec in run["records"]:
+            seen.setdefault(rec["setting"], rec)
+    return list(seen.values())
+
+
 def oft_rows(runs: dict[str, dict[str, Any]]) -> str:
-    """OpenVLA-OFT rows of one or more runs (dtype -> results), settings in the first run's order: per dtype the
-    end-to-end speedup and ``predict_action`` ms, where the step's time goes (vision / the one pass / head) and
-    the process's peak memory."""
-    first = next(iter(runs.values()))["records"]
+    """OpenVLA-OFT rows of one or more runs (dtype -> results), settings in the first run's order (then any only a
+    later run timed): per dtype the end-to-end speedup and ``predict_action`` ms, where the step's time goes
+    (vision / the one pass / head) and the process's peak memory."""
+    first = settings_in_order(runs)
     by = {d: {r["setting"]: r for r in run["records"]} for d, run in runs.items()}
     header = ["setting", "cut", "visual tokens into / through the pass"]
     for d in runs:

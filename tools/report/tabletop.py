@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prismatic_tr.vla.settings import DEFAULT_METHODS
 from tools.report.cells import (
     ADAPTER_MARK,
     NOISY,
@@ -60,18 +61,19 @@ def main_table(src: Sources) -> str:
     return "\n".join(table_lines(header, rows) + notes)
 
 
-# The README's headline rows: (label, OpenVLA-style setting or adapter, OpenVLA-OFT-style setting or adapter); an
-# adapter is named as "<setting> with <adapter>", None: not measured on that policy.
+# The README's headline rows, in the default selection (prismatic_tr.vla.settings.DEFAULT_METHODS): (label,
+# OpenVLA-style setting or adapter, OpenVLA-OFT-style setting or adapter); an adapter is named as "<setting> with
+# <adapter>", None: not measured on that policy.
+_P, _V = DEFAULT_METHODS["projector"], DEFAULT_METHODS["vision"]
 HEADLINE_ROWS: tuple[tuple[str, str | None, str | None], ...] = (
     ("unreduced", "none", "none"),
-    ("`projector` keep 0.25", "diverse:0.25", "diverse:0.25"),
-    ("`projector` keep 0.1", "diverse:0.1", "diverse:0.1"),
-    ("... with its shipped adapter", "diverse:0.1 with projector-diverse-0.1", None),
-    ("`vision` keep 0.25 after 1/4 of the towers", "vision:diverse:0.25@0.25", "vision:diverse:0.25@0.25"),
-    ("`vision` keep 0.1 after 1/4 of the towers", "vision:diverse:0.1@0.25", "vision:diverse:0.1@0.25"),
-    ("... with its shipped adapter", "vision:diverse:0.1@0.25 with vision-diverse-0.1-0.25", None),
-    ("`vision` keep 0.1 after 1/20 of the towers", None, "vision:diverse:0.1@0.05"),
-    ("... with its shipped adapter", None, "vision:diverse:0.1@0.05 with oft-vision-diverse-0.1-0.05"),
+    ("`projector` keep 0.25", f"{_P}:0.25", f"{_P}:0.25"),
+    ("`projector` keep 0.1", f"{_P}:0.1", f"{_P}:0.1"),
+    ("... with its shipped adapter", f"{_P}:0.1 with projector-{_P}-0.1", None),
+    ("`vision` keep 0.25 after 1/4 of the towers", f"vision:{_V}:0.25@0.25", f"vision:{_V}:0.25@0.25"),
+    ("`vision` keep 0.1 after 1/4 of the towers", f"vision:{_V}:0.1@0.25", f"vision:{_V}:0.1@0.25"),
+    ("... with its shipped adapter", f"vision:{_V}:0.1@0.25 with vision-{_V}-0.1-0.25", None),
+    ("`vision` keep 0.1 after 1/20 of the towers", None, f"vision:{_V}:0.1@0.05"),
     ("`llm` keep 0.5 after 1/4 of the layers", "llm:attention:0.5@0.25", "llm:attention:0.5@0.25"),
 )
 
@@ -104,7 +106,7 @@ def headline_table(src: Sources) -> str:
         return headline_speed(oft_by.get(setting), bool(adapter)), success_exact(test)
 
     rows = [[label, *openvla(a), *oft(b)] for label, a, b in HEADLINE_ROWS]
-    header = ["setting (`diverse` selection)", f"OpenVLA-style: end to end, cpu-bench, {dtype}",
+    header = [f"setting (`{_P}` selection, the default)", f"OpenVLA-style: end to end, cpu-bench, {dtype}",
               "OpenVLA-style: success, bundled policy, 100 test episodes",
               f"OpenVLA-OFT-style: end to end, cpu-bench-oft, {oft_dtype}",
               f"OpenVLA-OFT-style: success, bundled OFT policy, {n_oft} test episodes"]

@@ -22,30 +22,35 @@ from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, DEFAULT_METHODS
 
 # --full's projector methods: the default, then every other registered reducer (the selections measured since and
 # the seed design's four).
-FULL_METHODS = [DEFAULT_METHODS["projector"], "salient_diverse", "diverse_merge", "saliency", "topk_magnitude",
-                "attention_score", "random", "spatial_pool"]
+FULL_METHODS = list(dict.fromkeys([DEFAULT_METHODS["projector"], "diverse", "salient_diverse", "diverse_merge",
+                                   "saliency", "topk_magnitude", "attention_score", "random", "spatial_pool"]))
+_PROJ, _VIS = DEFAULT_METHODS["projector"], DEFAULT_METHODS["vision"]
 # The main job: what a user needs to decide, within 10 minutes on 2 cores of either CPU kind, install included: the
 # default selection at keep 0.1 at each site where a shipped adapter wins the success back, the training-free keep
 # 0.25 inside the towers, and the llm site. Projector keep 0.25 (training-free; on the CPU slower than vision keep
 # 0.25 in every committed run, with success within 2 points: benchmarks/results/policy, oft, metaworld/table), the
 # renumbered positions (`:compact`), random and the seed design's scorers are in --full and benchmarks/results/.
 MAIN_SETTINGS = [
-    "diverse:0.1",
-    "vision:diverse:0.25@0.25", "vision:diverse:0.1@0.25",
+    f"{_PROJ}:0.1",
+    f"vision:{_VIS}:0.25@0.25", f"vision:{_VIS}:0.1@0.25",
     "llm:attention:0.5@0.25",
 ]
 # --full: reduction inside the vision towers and inside the language model (see prismatic_tr.vla.spec).
 FULL_SITE_SETTINGS = [
     "spatial_pool:4x4",
-    *(f"vision:{m}:{k}@0.25" for m in ("diverse", "salient_diverse", "saliency", "norm", "attention", "random")
+    *(f"vision:{m}:{k}@0.25" for m in dict.fromkeys((_VIS, "diverse", "diverse_merge_keys", "salient_diverse",
+                                                       "saliency", "norm", "attention", "random"))
       for k in (0.5, 0.25, 0.1)),
-    "vision:diverse:0.25@0.5", "vision:diverse:0.25@0.1",
+    f"vision:{_VIS}:0.25@0.5", f"vision:{_VIS}:0.25@0.1",
     "llm:attention:0.5@0.25", "llm:attention:0.25@0.25",
+    # a merging method weighs its merged tokens in the LLM's attention, which the llm site's cut would drop: the
+    # two sites combine with a selecting method only
     "vision:diverse:0.25@0.25+llm:attention:0.5@0.25", "vision:diverse:0.25@0.1+llm:attention:0.5@0.125",
 ]
-# The shipped LoRA adapters (prismatic_tr/assets/adapters), each run under its own setting beside that setting
-# training-free; the LoRA is merged into the weights, so a step with an adapter is its setting's step (not timed).
-SHIPPED_ADAPTERS = ["vision-diverse-0.1-0.25", "projector-diverse-0.1"]
+# The shipped LoRA adapters (prismatic_tr/assets/adapters) for the main job's keep-0.1 settings, each run under its
+# own setting beside that setting training-free; the LoRA is merged into the weights, so a step with an adapter is
+# its setting's step (not timed).
+SHIPPED_ADAPTERS = [f"vision-{_VIS}-0.1-0.25", f"projector-{_PROJ}-0.1"]
 # The OpenVLA-OFT twin of each preset (its towers and LLM, 2 images, proprio, one pass) that ``--oft`` times after
 # the preset's own rows; the main job (no --preset) times cpu-bench-oft.
 OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-oft", "openvla-7b": "openvla-oft-7b"}
@@ -53,7 +58,7 @@ OFT_TWINS = {None: "cpu-bench-oft", "cpu-bench": "cpu-bench-oft", "tiny": "tiny-
 # turns fewer tokens into the most speed. An AVX2-only CPU runs both models in float32, OFT's unreduced step is the
 # job's longest and every row costs 7 passes (prismatic_tr.bench.vla.benchmark), so the main job times this one;
 # benchmarks/results/oft times every main setting, the projector and llm sites included.
-OFT_MAIN_SETTINGS = ["vision:diverse:0.1@0.25"]
+OFT_MAIN_SETTINGS = [f"vision:{_VIS}:0.1@0.25"]
 # Each profile's values for the flags a user leaves unset. The main job's budget (10 minutes on 2 cores): 3 timed
 # rounds, 50 test episodes to report and 20 validation episodes to choose the best setting, per row (a Wilson 95 %
 # interval on 20 episodes at 90 % success is 70-97 %: the choice is coarse, and it says so; --full runs 100).
