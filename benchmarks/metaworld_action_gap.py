@@ -10,8 +10,8 @@ The states: ``<data_root>/metaworld_mt10``, the on-policy episodes of the shippe
 there first when missing (:func:`prismatic_tr.policy.metaworld_onpolicy.make_onpolicy_dataset`, the adapters'
 recipe's own data, so a recipe run's ``<output_dir>/data`` can be given); a held dataset of another job is refused
 (exit 2). Every ``--every``-th step, up to ``--states``; every setting on the same states
-(:func:`prismatic_tr.bench.vla.action_gap.action_gaps`). Writes the record (JSON) and prints the table. Measures
-no time.
+(:func:`prismatic_tr.bench.vla.action_gap.action_gaps`), overall and per task (``by_group``: a mean over the
+tasks hides the one a setting moves). Writes the record (JSON) and prints the table. Measures no time.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     from prismatic_tr.bench.measure.devices import cpu_info
     from prismatic_tr.bench.vla.action_gap import action_gaps, recorded_batches
+    from prismatic_tr.envs.metaworld.tasks import MT10, TASKS
     from prismatic_tr.models import load_vla
     from prismatic_tr.policy.metaworld_onpolicy import ONPOLICY_SUMMARY, make_onpolicy_dataset
 
@@ -82,11 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     if not summary.is_file():
         make_onpolicy_dataset(job_of(args), args.data_root, DATASET)
     vla, processor = load_vla(args.vla_path)
-    batches = recorded_batches(args.data_root, DATASET, processor, vla.norm_stats[DATASET], args.states, args.every)
-    print("| setting | L1 to unreduced | first action | L1 to label |\n| --- | --- | --- | --- |")
-    gaps = action_gaps(vla.eval(), batches, args.parsed, lambda label, f: print(
-        f"| `{label}` | {f['l1_to_unreduced']:.4f} | {f['l1_to_unreduced_first']:.4f} | {f['l1_to_label']:.4f} |",
-        flush=True))
+    recorded = recorded_batches(args.data_root, DATASET, processor, vla.norm_stats[DATASET], args.states, args.every)
+    task_of = {TASKS[name].instruction: name for name in MT10}
+    tasks = [task_of.get(text, text) for text in recorded.instructions]
+    names = list(dict.fromkeys(tasks))
+    print("| setting | L1 to unreduced | first action | L1 to label | " + " | ".join(names) + " |\n"
+          + "| --- " * (4 + len(names)) + "|")
+    gaps = action_gaps(vla.eval(), recorded.batches, args.parsed, lambda label, f: print(
+        f"| `{label}` | {f['l1_to_unreduced']:.4f} | {f['l1_to_unreduced_first']:.4f} | {f['l1_to_label']:.4f} | "
+        + " | ".join(f"{f['by_group'][n]['l1_to_unreduced']:.4f}" for n in names) + " |", flush=True), groups=tasks)
     record = {"meta": {"command": "python " + " ".join([f"benchmarks/{PROG}", *sys.argv[1:]]),
                        "policy": str(args.vla_path), "states_job": json.loads(summary.read_text())["job"],
                        "every": args.every, "cpu": cpu_info(), "torch": torch.__version__}, "settings": gaps}

@@ -47,6 +47,32 @@ def test_the_gap_is_the_chunks_difference_and_the_model_is_left_as_it_was() -> N
     assert get_token_reduction(vla) is None
 
 
+def test_the_gap_per_group_is_each_groups_own_mean() -> None:
+    """``groups`` (one name per state) adds each group's mean gap; the states' count-weighted mean of the groups is
+    the overall gap, the unreduced policy's is 0 in every group, and a wrong length is refused."""
+    vla = build_vla("tiny-oft").eval()
+    batches = [oft_batch(0), oft_batch(1)]
+    spec = "vision:diverse_merge:0.25@0.25"
+    groups = ["reach", "push", "reach", "reach"]
+    gaps = action_gaps(vla, batches, [parse_setting(spec)], groups=groups)
+    assert list(gaps[spec]["by_group"]) == ["reach", "push"]
+    assert [g["states"] for g in gaps[spec]["by_group"].values()] == [3, 1]
+    assert all(g["l1_to_unreduced"] == 0.0 for g in gaps["none"]["by_group"].values())
+    pooled = sum(g["l1_to_unreduced"] * g["states"] for g in gaps[spec]["by_group"].values()) / 4
+    assert pooled == pytest.approx(gaps[spec]["l1_to_unreduced"], rel=1e-5)
+    with torch.no_grad():
+        base = vla.predict_chunk(batches[0])
+        apply_token_reduction_spec(vla, spec)
+        try:
+            reduced = vla.predict_chunk(batches[0])
+        finally:
+            remove_token_reduction(vla)
+    push = (reduced[1] - base[1]).abs().mean().item()  # the second state of the first batch
+    assert gaps[spec]["by_group"]["push"]["l1_to_unreduced"] == pytest.approx(push, rel=1e-5)
+    with pytest.raises(ValueError, match="groups names 3 states; the batches hold 4"):
+        action_gaps(vla, batches, [], groups=groups[:3])
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--driver", "none"], "does not reduce"),
     (["--driver", "diverse:0.25", "--states", "0"], "--states 0"),
