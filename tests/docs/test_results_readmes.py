@@ -296,3 +296,106 @@ def test_the_oft_policy_merge_readme_figures_equal_their_files(folder: str) -> N
         rec = records[label.strip("`").replace("unreduced", "none")]
         assert tuple(cells) == tuple(f"{100 * rec[k]:.1f}" for k in ("success_rate", "success_ci_low",
                                                                       "success_ci_high")), label
+
+
+def test_the_oft_policy_merge_prose_figures_equal_their_files() -> None:
+    """The figures the OFT-style policy's `diverse_merge` runs put into prose (their READMEs, the policy's README, the
+    usage and fine-tuning guides) are recomputed from the runs' files."""
+    import json
+
+    oft = RESULTS / "oft_policy"
+
+    def runs(*names: str) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name in names:  # the first run's record of a setting wins, as the report reads them
+            for rec in json.loads((oft / name / "results.json").read_text())["records"]:
+                out.setdefault(rec["setting"], rec)
+        return out
+
+    def pct(rec: dict, digits: int = 1) -> str:
+        return f"{100 * rec['success_rate']:.{digits}f}"
+
+    def text(path: Path) -> str:
+        return " ".join(path.read_text().split())
+
+    val = runs("val_merge")
+    test, test5 = runs("eval_test_merge"), runs("eval_test_5obj_merge")
+    div, div5 = runs("eval_test", "eval_test_cut_0.1", "eval_test_cut_0.05"), \
+        runs("eval_test_5obj", "eval_test_5obj_cut_0.1", "eval_test_5obj_cut_0.05")
+    keep01 = ["diverse:0.1", "vision:diverse:0.1@0.25", "vision:diverse:0.1@0.05"]
+    merged01 = [s.replace("diverse", "diverse_merge") for s in keep01]
+    # the validation README and the guides
+    assert all(pct(val[s], 0) == "100" for s in merged01[:2]) and pct(val[merged01[2]], 0) == "99"
+    lost = [100 * (val["none"]["success_rate"] - val[s]["success_rate"]) for s in keep01]
+    steps = [val[s]["mean_steps"] for s in keep01]
+    failed = [val[s]["episodes"] - val[s]["successes"] for s in keep01]
+    timeouts = [val[s]["outcome_timeout"] for s in keep01]
+    readme = text(oft / "val_merge" / "README.md")
+    assert f"loses {min(lost):.1f} to {max(lost):.1f} points" in readme
+    assert f"take {min(steps):.1f} to {max(steps):.1f} steps instead of {val['none']['mean_steps']:.1f}" in readme
+    assert f"{sum(timeouts)} of its {sum(failed)} failures there are time-outs" in readme
+    a, b = pct(val["diverse:0.1"]), pct(val["vision:diverse:0.1@0.25"])
+    assert f"100 % of 200 at keep 0.1 at both sites against {a.removesuffix('.0')} and {b} %" in text(
+        ROOT / "docs" / "guides" / "usage.md")
+    assert f"against `diverse`'s {a} and {b} %" in text(oft / "README.md")
+    # the test README, the policy's README and the fine-tuning guide
+    reduced = [s for s in test if s != "none"]
+    def worst(records: dict[str, dict], settings: list[str]) -> dict:
+        return min((records[s] for s in settings), key=lambda r: r["success_rate"])
+
+    def best(records: dict[str, dict], settings: list[str]) -> dict:
+        return max((records[s] for s in settings), key=lambda r: r["success_rate"])
+
+    assert f"{pct(worst(test, reduced))}-100 % of the 200 test episodes and {pct(worst(test5, reduced), 0)}-100 % of " \
+           "the five-object scenes" in text(oft / "README.md")
+    assert f"`diverse` falls to {pct(worst(div, keep01))}-{pct(best(div, keep01))} %" in text(oft / "README.md")
+    drops = [100 * (runs_["none"]["success_rate"] - runs_[s]["success_rate"]) for runs_ in (div, div5) for s in keep01]
+    readme = text(oft / "eval_test_merge" / "README.md")
+    assert f"loses {min(drops):.1f} to {max(drops):.1f} points there" in readme
+    last = merged01[2]
+    assert f"training-free {pct(test[last])} % and {pct(test5[last], 0)} %" in readme
+    assert f"`{last}` keeps {pct(test[last])} % of the same 200 test episodes and {pct(test5[last], 0)} % of the " \
+           "five-object scenes" in text(ROOT / "docs" / "guides" / "finetuning.md")
+    # the five-object column of the test README is its own run's
+    rows = re.findall(r"^\| (unreduced|`[^`]+`) \| [^|]+ \| [^|]+ \| (\d+\.\d) % \(", (oft / "eval_test_merge" /
+                                                                                      "README.md").read_text(), re.M)
+    assert sorted(label.strip("`").replace("unreduced", "none") for label, _ in rows) == sorted(test5)
+    for label, rate in rows:
+        assert rate == pct(test5[label.strip("`").replace("unreduced", "none")]), label
+
+
+def test_the_per_task_action_gap_readme_equals_its_files() -> None:
+    """``metaworld/shipped/action_gap/per_task/README.md``: the gap table is ``gaps.json`` (every setting, the mean and
+    each task's), the success table the test split's paired change a task (``table/results.json``), and reach, the
+    task the prose names, has the smallest gap under every setting and the loss it states (here and on the page)."""
+    import json
+
+    folder = RESULTS / "metaworld" / "shipped" / "action_gap" / "per_task"
+    gaps = json.loads((folder / "gaps.json").read_text())["settings"]
+    table = {r["setting"]: r for r in json.loads((RESULTS / "metaworld" / "shipped" / "table" / "results.json")
+                                                  .read_text())["records"]}
+    tasks = list(gaps["none"]["by_group"])
+    text = (folder / "README.md").read_text()
+    gap_part, success_part = text.split("What each keep-0.5 setting costs")
+
+    def rows_of(part: str) -> dict[str, list[str]]:
+        return {m[0]: m[1].split(" | ") for m in re.findall(r"^\| `([^`]+)` \| (.+) \|$", part, re.M)}
+
+    gap_rows, success_rows = rows_of(gap_part), rows_of(success_part)
+    assert set(gap_rows) == set(gaps) - {"none"} and success_rows
+    for setting, cells in gap_rows.items():
+        f = gaps[setting]
+        assert cells == [f"{f['l1_to_unreduced']:.4f}",
+                         *(f"{f['by_group'][t]['l1_to_unreduced']:.4f}" for t in tasks)], setting
+        assert min(tasks, key=lambda t: f["by_group"][t]["l1_to_unreduced"]) == "reach-v3", setting
+    unreduced = table["none"]["tasks"]
+    for setting, cells in success_rows.items():
+        x = table[setting]["tasks"]
+        mean = 100 * (table[setting]["successes"] - table["none"]["successes"]) / table["none"]["episodes"]
+        assert cells == [f"{mean:+.1f}", *(
+            f"{100 * (x[t]['successes'] - unreduced[t]['successes']) / unreduced[t]['episodes']:+.0f}" for t in tasks)]
+    reach = unreduced["reach-v3"]["successes"] - table["diverse_merge:0.5"]["tasks"]["reach-v3"]["successes"]
+    episodes = unreduced["reach-v3"]["episodes"]
+    assert f"({reach} fewer of its {episodes} test episodes)" in " ".join(text.split())
+    page = " ".join((RESULTS.parents[1] / "docs" / "results" / "metaworld.md").read_text().split())
+    assert f"`diverse_merge:0.5` solves {reach} fewer of reach's {episodes} test episodes" in page

@@ -74,7 +74,7 @@ def action_gaps(vla: nn.Module, batches: Sequence[dict[str, torch.Tensor]], sett
     label = torch.cat([b["actions"] for b in batches]).float()
     if groups is not None and len(groups) != label.shape[0]:
         raise ValueError(f"groups names {len(groups)} states; the batches hold {label.shape[0]}")
-    names = list(dict.fromkeys(groups or []))
+    member = {n: torch.tensor([g == n for g in groups]) for n in dict.fromkeys(groups)} if groups is not None else {}
     out: dict[str, dict[str, Any]] = {}
     base = None
     for setting in [parse_setting("none"), *settings]:
@@ -86,7 +86,6 @@ def action_gaps(vla: nn.Module, batches: Sequence[dict[str, torch.Tensor]], sett
                                   "l1_to_unreduced_first": (chunk[:, 0] - base[:, 0]).abs().mean().item(),
                                   "l1_to_label": (chunk - label).abs().mean().item(), "states": int(chunk.shape[0])}
         if groups is not None:
-            member = {n: torch.tensor([g == n for g in groups]) for n in names}
             fields["by_group"] = {n: {"l1_to_unreduced": per_state[m].mean().item(), "states": int(m.sum())}
                                   for n, m in member.items()}
         out[setting.label] = fields
