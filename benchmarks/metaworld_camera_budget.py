@@ -9,7 +9,10 @@ every camera; everything else is ``vla_scripts/eval_metaworld.py``'s run, given 
     python benchmarks/metaworld_camera_budget.py --budgets 0.1,0.4 -- --split validation --episodes 10 \\
         --settings "[none,diverse:0.25]" --timing_runs 0 --output_dir OUT
 
-The ``diverse:0.25`` row then holds 0.1 x 256 + 0.4 x 256 = 128 visual tokens, as many as the setting's own. The
+The ``diverse:0.25`` row then holds 0.1 x 256 + 0.4 x 256 = 128 visual tokens, as many as the setting's own. A
+merging setting (``diverse_merge``) keeps the same covers and folds every other patch of a camera into its nearest
+kept one of that camera (``prismatic_tr.reducers.strategies.diverse_merge.merge_into``), the group sizes handed on
+as the setting's own (the language model weighs each merged token by them). The
 class is patched for this process only (``camera_budgets`` puts it back), so ``--workers`` must be 1; the budgets are
 part of the run's journal identity (``patch``), so a folder journaled with other budgets, or by a plain run, is
 refused (exit 2, before any work).
@@ -27,6 +30,7 @@ import torch
 from prismatic_tr.cli import BadInputError, command_line, parse_config_or_exit, report_bad_input
 from prismatic_tr.policy.metaworld_eval import EvalMetaWorldConfig, run_eval_metaworld, table, write_results
 from prismatic_tr.reducers.strategies.diverse import max_min_order
+from prismatic_tr.reducers.strategies.diverse_merge import merge_into
 from prismatic_tr.vla.layout import PerImageReducer
 
 PROG = "metaworld_camera_budget.py"
@@ -42,18 +46,25 @@ def camera_budgets(fractions: list[float]) -> Iterator[None]:
     def output_tokens(self: PerImageReducer, num_tokens: int) -> int:
         return sum(counts(self.layout.patches))
 
-    def reduce(self: PerImageReducer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def reduce(self: PerImageReducer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if self.layout.num_images != len(fractions):
             raise ValueError(f"--budgets has {len(fractions)} fractions; the backbone encodes "
                              f"{self.layout.num_images} images")
         p, d = self.layout.patches, x.shape[-1]
-        tokens, positions = [], []
+        merges = self.reducer.strategy.merges
+        tokens, positions, sizes = [], [], []
         for i, k in enumerate(counts(p)):
             image = x[:, i * p:(i + 1) * p]
             kept = max_min_order(image, k).topk(k, dim=1).indices.sort(dim=1).values  # (B, k), in spatial order
-            tokens.append(torch.gather(image, 1, kept[..., None].expand(-1, -1, d)))
+            if merges:
+                merged, size = merge_into(image, kept)
+                tokens.append(merged)
+                sizes.append(size)
+            else:
+                tokens.append(torch.gather(image, 1, kept[..., None].expand(-1, -1, d)))
             positions.append(kept + i * p)
-        return torch.cat(tokens, dim=1), torch.cat(positions, dim=1), None  # None: each token one patch
+        # sizes None: each token one patch
+        return torch.cat(tokens, dim=1), torch.cat(positions, dim=1), torch.cat(sizes, dim=1) if merges else None
 
     saved = PerImageReducer.output_tokens, PerImageReducer.reduce
     PerImageReducer.output_tokens, PerImageReducer.reduce = output_tokens, reduce

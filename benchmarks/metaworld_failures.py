@@ -10,7 +10,8 @@ start, closest, last), the hand's offset from the object at its closest approach
 goal (state) and the object (cameras only) over episodes. Writes ``failures.json`` and ``failures.md`` into
 ``--output_dir``; and ``curves.md``: the policy's validation successes per task at every checkpoint its recipe
 scored and its mean training loss per 500 steps (from the ``evaluation.json`` and ``training_curve.csv`` beside
-``--vla_path``; ``--curves_only true`` writes only these, without running episodes). Needs the metaworld extra and
+``--vla_path``; ``--curves_only true`` writes only these, without running episodes). ``--setting`` traces the policy reduced by that
+setting (the expert is the same either way). Needs the metaworld extra and
 OSMesa for the episodes. Measures no time.
 """
 
@@ -36,6 +37,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tasks", default="reach-v3,push-v3,pick-place-v3,peg-insert-side-v3")
     ap.add_argument("--episodes", type=int, default=20, help="validation episodes per task (>= 2)")
     ap.add_argument("--output_dir", type=Path, required=True)
+    ap.add_argument("--setting", default="none",
+                    help="the policy reduced by this setting (a spec, e.g. diverse_merge:0.5; default: unreduced)")
     ap.add_argument("--curves_only", type=lambda v: v.lower() == "true", default=False,
                     help="true: write curves.md only (no episodes)")
     args = ap.parse_args(argv)
@@ -44,6 +47,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         check_metaworld_command(args.tasks, args.episodes, 2, args.vla_path)
     except ValueError as err:
         ap.error(str(err))
+    from prismatic_tr.vla.spec import parse_setting
+
+    try:
+        parse_setting(args.setting)
+    except ValueError as err:
+        ap.error(f"--setting {args.setting!r}: {err}")
     return args
 
 
@@ -55,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.output_dir / "curves.md").write_text(curves_markdown(args.vla_path, command))
     if args.curves_only:
         return
-    for meta, records in diagnose_failures(args.vla_path, args.tasks, args.episodes, command):
+    for meta, records in diagnose_failures(args.vla_path, args.tasks, args.episodes, command, args.setting):
         # the records so far are written after every task
         (args.output_dir / "failures.json").write_text(json.dumps({"meta": meta, "tasks": records}, indent=1) + "\n")
         (args.output_dir / "failures.md").write_text(failures_markdown(records, command))

@@ -256,18 +256,25 @@ def curves_markdown(vla_path: Path, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def diagnose_failures(vla_path: Path, tasks: Sequence[str], episodes: int,
-                      command: str) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Load ``vla_path`` and, task by task, trace the policy and the expert on the first ``episodes`` validation
-    seeds; after every task yield ``(meta, records so far)`` (one :func:`summarise` record a task, with its
-    ``wall_s``), printing a progress line. Renders: call it where tensorflow was never imported."""
+def diagnose_failures(vla_path: Path, tasks: Sequence[str], episodes: int, command: str,
+                      setting: str = "none") -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Load ``vla_path`` and, task by task, trace the policy (reduced by ``setting``, a spec; "none": unreduced)
+    and the expert on the first ``episodes`` validation seeds; after every task yield ``(meta, records so far)``
+    (one :func:`summarise` record a task, with its ``wall_s``), printing a progress line. ValueError for a bad
+    ``setting``, before any episode. Renders: call it where tensorflow was never imported."""
     from prismatic_tr.envs.metaworld.splits import METAWORLD_SPLITS
     from prismatic_tr.envs.splits import split_seeds
     from prismatic_tr.models import load_vla
+    from prismatic_tr.vla import apply_token_reduction_spec
+    from prismatic_tr.vla.spec import parse_setting
 
+    spec = parse_setting(setting)
     vla, processor = load_vla(vla_path)
+    if not spec.is_baseline:
+        apply_token_reduction_spec(vla, spec)
     seeds = split_seeds("validation", episodes, splits=METAWORLD_SPLITS)
-    meta = {"command": command, "vla_path": str(vla_path), "split": "validation", "seeds": [seeds[0], seeds[-1]]}
+    meta = {"command": command, "vla_path": str(vla_path), "split": "validation", "seeds": [seeds[0], seeds[-1]],
+            "setting": spec.label}
     records: list[dict[str, Any]] = []
     for task in tasks:
         start = time.perf_counter()

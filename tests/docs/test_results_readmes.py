@@ -171,9 +171,9 @@ def test_every_results_run_script_changes_into_the_repository(script: Path) -> N
 
 
 def test_every_patched_runs_journal_names_its_patch() -> None:
-    """A results folder made by a benchmark script that patches the model (merge groups, camera budgets) journals
-    that patch in its identity, as the script's ``run.sh`` would ask for it: so the ``run.sh`` resumes there, and a
-    plain run (or another patch) is refused there."""
+    """A results folder made by a benchmark script that patches the model (merge groups, camera budgets, the merge
+    after the projector) journals that patch in its identity, as the script's ``run.sh`` would ask for it: so the
+    ``run.sh`` resumes there, and a plain run (or another patch) is refused there."""
     import json
 
     from helpers.benchmark_scripts import load_benchmark
@@ -188,13 +188,15 @@ def test_every_patched_runs_journal_names_its_patch() -> None:
                                  float(locality.group(1)) if locality else 1.0)
         elif "metaworld_camera_budget.py" in text:
             want = {"camera_budgets": [float(f) for f in re.search(r"--budgets ([\d.,]+)", text).group(1).split(",")]}
+        elif "metaworld_projected_merge.py" in text:
+            want = load_benchmark("metaworld_projected_merge").PATCH if "--after_projector" in text else None
         else:
             continue
         with open(script.parent / "episodes.jsonl") as f:
             identity = json.loads(f.readline())["identity"]
         assert identity.get("patch") == want, script.relative_to(ROOT)
         checked += 1
-    assert checked >= 13  # 9 merge-groups folders, 4 camera-budget ones
+    assert checked >= 18  # 9 merge-groups folders, 7 camera-budget ones, 2 projected-merge ones
 
 
 def test_the_merge_groups_readme_figures_equal_their_files() -> None:
@@ -399,3 +401,76 @@ def test_the_per_task_action_gap_readme_equals_its_files() -> None:
     assert f"({reach} fewer of its {episodes} test episodes)" in " ".join(text.split())
     page = " ".join((RESULTS.parents[1] / "docs" / "results" / "metaworld.md").read_text().split())
     assert f"`diverse_merge:0.5` solves {reach} fewer of reach's {episodes} test episodes" in page
+
+
+def test_the_keep_half_levers_and_reach_readmes_equal_their_files() -> None:
+    """Issue 48's keep-0.5 runs of 2026-12-03: the successes `validation_projected_merge/` and
+    `validation_camera_budget_merge/` tabulate, the episodes the two ways of merging agree on, and
+    `reach_keep0.5/`'s table and counts (the changed outcomes, where they got, the paired shift of the closest
+    approach) are recomputed from their journals and traces, as are the MetaWorld page's sentences of them."""
+    import json
+    import statistics
+
+    shipped = RESULTS / "metaworld" / "shipped"
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+
+    def outcomes(journal: Path) -> dict[tuple[str, str], dict[int, tuple[str, int]]]:
+        lines = journal.read_text().splitlines()[1:]
+        return {(r["setting"], r["task"]): {o["seed"]: (o["outcome"], o["steps"]) for o in r["outcomes"]}
+                for r in map(json.loads, lines)}
+
+    def wins(jobs: dict, setting: str) -> dict[str, int]:
+        return {t: sum(o == "success" for o, _ in eps.values()) for (s, t), eps in jobs.items() if s == setting}
+
+    plain = {**outcomes(shipped / "validation_merge_groups" / "hard_mean" / "episodes.jsonl"),
+             **outcomes(shipped / "validation_projected_merge" / "before_projector_others" / "episodes.jsonl")}
+    after = outcomes(shipped / "validation_projected_merge" / "after_projector" / "episodes.jsonl")
+    unreduced, shipped_way, projected = (sum(wins(plain, "none").values()), sum(wins(plain, "diverse_merge:0.5").values()),
+                                         sum(wins(after, "diverse_merge:0.5").values()))
+    same = [(after[k][s][0] == plain[k][s][0], after[k][s] == plain[k][s]) for k in after if k[0] != "none" for s in after[k]]
+    text = " ".join((shipped / "validation_projected_merge" / "README.md").read_text().split())
+    assert f"| successes of 300 | {unreduced} | {shipped_way} | {projected} |" in text
+    assert f"agree on {sum(a for a, _ in same)} of the {len(same)} outcomes ({sum(b for _, b in same)} to the step)" in text
+    assert f"{projected} successes as the shipped way's {shipped_way}, {sum(a for a, _ in same)} of the 300" in page
+
+    budgets = " ".join((shipped / "validation_camera_budget_merge" / "README.md").read_text().split())
+    totals = []
+    for folder in sorted((shipped / "validation_camera_budget_merge").glob("b*_*")):
+        got = wins(outcomes(folder / "episodes.jsonl"), "diverse_merge:0.5")
+        rest = sum(v for t, v in got.items() if t not in ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3"))
+        row = (f"| {folder.name[1:].replace('_', ' / ')} (`{folder.name}/`) | {sum(got.values())} | {got['reach-v3']} | "
+               f"{got['push-v3']} | {got['pick-place-v3']} | {got['door-open-v3']} | {rest} |")
+        assert row in budgets, row
+        assert wins(outcomes(folder / "episodes.jsonl"), "none") == wins(plain, "none")
+        totals.append(sum(got.values()))
+    assert f"| 0.5 / 0.5 (`diverse_merge:0.5`) | {shipped_way} |" in budgets
+    assert f"{min(totals)}-{max(totals)} against the equal split's {shipped_way}" in page
+
+    reach = shipped / "reach_keep0.5"
+
+    def traced(name: str) -> dict[int, dict]:
+        return {r["seed"]: r for r in json.loads((reach / name / "failures.json").read_text())["tasks"][0]["policy"]["rows"]}
+
+    base = traced("none")
+    readme = " ".join((reach / "README.md").read_text().split())
+    near = [r for r in base.values() if r["outcome"] != "success" and r["to_goal_min"] < 0.0518]
+    assert f"Of the unreduced policy's {sum(r['outcome'] != 'success' for r in base.values())} failures, {len(near)} came" \
+           in readme
+    assert f"| unreduced | {sum(r['outcome'] == 'success' for r in base.values())} |" in readme
+    changed_counts = []
+    for name, label in (("diverse_merge_0.5", "diverse_merge:0.5"), ("vision_diverse_merge_0.5_0.25",
+                                                                    "vision:diverse_merge:0.5@0.25")):
+        red = traced(name)
+        changed = [s for s in sorted(base) if base[s]["outcome"] != red[s]["outcome"]]
+        lost = sum(base[s]["outcome"] == "success" for s in changed)
+        where = ", ".join(f"{100 * base[s]['to_goal_min']:.2f} -> {100 * red[s]['to_goal_min']:.2f}" for s in changed)
+        shift = [1000 * (red[s]["to_goal_min"] - base[s]["to_goal_min"]) for s in base]
+        se = statistics.stdev(shift) / len(shift) ** 0.5
+        row = (f"| `{label}` | {sum(r['outcome'] == 'success' for r in red.values())} | {lost} / {len(changed) - lost} | "
+               f"{where} | {statistics.mean(shift):+.2f} (standard error {se:.2f}) |")
+        assert row in readme, row
+        assert all(abs(red[s]["to_goal_min"] - 0.05) <= 0.0021 + 1e-9 for s in changed)
+        changed_counts.append((lost, len(changed) - lost))
+    (p_lost, _), (v_lost, v_won) = changed_counts
+    assert f"the projector site lost {p_lost}, the vision site lost {v_lost} and won {v_won}" in page
+

@@ -734,3 +734,22 @@ def test_diagnosis_summary_says_whether_the_hand_follows_the_goal():
     assert record["policy"]["follows_goal"]["x"]["hand_spread_m"] == 0.0
     assert record["policy"]["phases"]["transport"] == 4 and record["policy"]["successes"] == 0
     json.dumps(record)   # JSON-ready
+
+
+def test_the_failure_diagnosis_refuses_a_bad_setting_before_any_work(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """``benchmarks/metaworld_failures.py --setting``: a spec the grammar refuses exits 2 naming it, before the policy
+    loads or anything is written; the library call refuses it before loading too."""
+    from helpers.benchmark_scripts import load_benchmark
+
+    from prismatic_tr.policy.metaworld_diagnosis import diagnose_failures
+
+    script = load_benchmark("metaworld_failures")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--tasks", "reach-v3", "--episodes", "2", "--setting", "bogus:0.5", "--output_dir", str(out)])
+    assert exit_info.value.code == 2
+    assert "--setting 'bogus:0.5': unknown reduction method 'bogus'" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="keep_ratio"):
+        next(diagnose_failures(tmp_path / "no_policy", ["reach-v3"], 2, "cmd", "diverse_merge:1.5"))
