@@ -474,3 +474,71 @@ def test_the_keep_half_levers_and_reach_readmes_equal_their_files() -> None:
     (p_lost, _), (v_lost, v_won) = changed_counts
     assert f"the projector site lost {p_lost}, the vision site lost {v_lost} and won {v_won}" in page
 
+
+
+def test_the_keep_half_thousand_episode_readme_equals_its_journal() -> None:
+    """``metaworld/shipped/test_keep0.5_100/README.md``: each half's and the whole run's successes with their paired
+    intervals, reach's changed episodes, and how many of the first half repeat the table step for step, recomputed
+    from the journals; and the figures the MetaWorld page and the reach README give of it."""
+    import json
+
+    from prismatic_tr.eval.intervals import paired_difference_interval
+
+    shipped = RESULTS / "metaworld" / "shipped"
+
+    def outcomes(journal: Path) -> dict[tuple[str, str], dict[int, tuple[str, int]]]:
+        return {(r["setting"], r["task"]): {o["seed"]: (o["outcome"], o["steps"]) for o in r["outcomes"]}
+                for r in map(json.loads, journal.read_text().splitlines()[1:])}
+
+    def points(x: float) -> str:
+        text = f"{100 * x:+.1f}"
+        return "0.0" if text in ("+0.0", "-0.0") else text
+
+    run, table = outcomes(shipped / "test_keep0.5_100" / "episodes.jsonl"), outcomes(shipped / "table" / "episodes.jsonl")
+    readme = " ".join((shipped / "test_keep0.5_100" / "README.md").read_text().split())
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+    reach_readme = " ".join((shipped / "reach_keep0.5" / "README.md").read_text().split())
+    halves = ((3_000_000, 3_000_050), (3_000_050, 3_000_100), (3_000_000, 3_000_100))
+    tasks = [t for s, t in run if s == "none"]
+
+    def cells(setting: str) -> tuple[list[str], tuple[int, int]]:
+        out = []
+        for low, high in halves:
+            a = b = c = d = 0
+            for task in tasks:
+                for seed, (outcome, _) in run["none", task].items():
+                    if low <= seed < high:
+                        u, r = outcome == "success", run[setting, task][seed][0] == "success"
+                        a, b, c, d = a + (u and r), b + (u and not r), c + (r and not u), d + (not u and not r)
+            n = a + b + c + d
+            diff, lo, hi = paired_difference_interval(a, c, b, d)
+            out.append(f"{a + c}/{n}, {points(diff)} ({points(lo)} to {points(hi)})")
+        reach = run["none", "reach-v3"], run[setting, "reach-v3"]
+        lost = sum(o == "success" and reach[1][s][0] != "success" for s, (o, _) in reach[0].items())
+        won = sum(o != "success" and reach[1][s][0] == "success" for s, (o, _) in reach[0].items())
+        return out, (lost, won)
+
+    unreduced = [sum(o == "success" for t in tasks for s, (o, _) in run["none", t].items() if lo <= s < hi)
+                 for lo, hi in halves]
+    reach_unreduced = sum(o == "success" for o, _ in run["none", "reach-v3"].values())
+    assert (f"| unreduced | {unreduced[0]}/500 | {unreduced[1]}/500 | {unreduced[2]}/1000, "
+            f"{unreduced[2] / 10:.1f} % | {reach_unreduced} |") in readme
+    found = {}
+    for setting in ("diverse_merge:0.5", "vision:diverse_merge:0.5@0.25"):
+        (first, second, whole), (lost, won) = cells(setting)
+        reach = sum(o == "success" for o, _ in run[setting, "reach-v3"].values())
+        row = f"| `{setting}` | {first} | {second} | {whole} | {reach} (lost {lost}, won {won}) |"
+        assert row in readme, row
+        count, cost = whole.split(", ")
+        diff, interval = cost.split(" (")
+        assert count in page and re.search(rf"{re.escape(diff)}( points)? \((paired )?{re.escape(interval)}", page), whole
+        found[setting] = (lost, won)
+    assert f"{unreduced[2]}/1000 unreduced" in page
+    (p_lost, p_won), (v_lost, v_won) = found["diverse_merge:0.5"], found["vision:diverse_merge:0.5@0.25"]
+    assert p_won == 0 and v_lost == 0  # each site moves reach one way, as the prose says
+    assert f"{p_lost} of the 100 reach episodes lost, none won; the vision site wins {v_won} there" in page
+    assert f"{p_lost} lost and none won at the projector site, {v_won} won and none lost at the vision site" \
+           in reach_readme
+    repeated = [run[k][s] == table[k][s] for k in run for s in run[k] if s < 3_000_050]
+    assert f"{sum(repeated):,} of its {len(repeated):,} episodes to the step, the other {len(repeated) - sum(repeated)}" \
+           in readme
