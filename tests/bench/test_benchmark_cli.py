@@ -217,8 +217,11 @@ def test_the_main_job_also_times_openvla_oft_with_its_settings():
                                                                         config.OFT_MAIN_SETTINGS, cfg.num_runs)
     assert set(config.OFT_MAIN_SETTINGS) < set(config.MAIN_SETTINGS)
     assert (oft.policy_episodes, oft.validation_episodes, oft.adapters, oft.oft_rows()) == (0, 0, [], False)
-    for flags in (["--full", "true"], ["--preset", "tiny"], ["--oft", "false"]):
-        assert not benchmark.parse_config(flags).oft_rows(), flags
+    for flags in (["--full", "true"], ["--preset", "tiny"], ["--oft", "false"], ["--settings", "[random:0.5]"],
+                  ["--methods", "[random]"]):
+        assert not benchmark.parse_config(flags).oft_rows(), flags  # a job of the user's own settings: asked for
+    custom = benchmark.parse_config(["--settings", "[random:0.5]", "--oft", "true"])
+    assert custom.oft_rows() and custom.for_oft().settings == ["random:0.5"]
     assert benchmark.parse_config(["--preset", "tiny", "--oft", "true"]).for_oft().preset == "tiny-oft"
     assert benchmark.parse_config(["--preset", "openvla-7b", "--oft", "true"]).for_oft().preset == "openvla-oft-7b"
 

@@ -112,14 +112,15 @@ class BenchmarkConfig:
     strict: bool = False                       # exit with status 3 when a row is flagged as noisy
     compile: bool = False                      # torch.compile every tower block, the projector and each LLM layer (hooks stay eager; needs --warmup >= 1)
     freeze: bool = False                       # with --compile: inductor's freezing (weights folded and pre-packed once; inference only)
-    oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny; openvla-oft-7b for openvla-7b) with the same settings into <output_dir>/oft (null: in the main job, i.e. neither --full, --preset nor --vla_path)
+    oft: bool | None = None                    # then time the preset's OpenVLA-OFT twin (cpu-bench-oft; tiny-oft for tiny; openvla-oft-7b for openvla-7b) with the same settings into <output_dir>/oft (null: in the main job only, i.e. none of --full, --preset, --vla_path, --methods, --settings)
     # fmt: on
 
     def oft_rows(self) -> bool:
         """Whether the job goes on to time the preset's OpenVLA-OFT twin (:meth:`for_oft`) after its own rows."""
         if self.oft is not None:
             return bool(self.oft)
-        return not self.full and self.preset is None and self.vla_path is None
+        return (not self.full and self.preset is None and self.vla_path is None and self.settings == MAIN_SETTINGS
+                and not self.methods)
 
     def for_oft(self) -> "BenchmarkConfig":
         """This job's rounds, dtype and threads on the preset's OFT twin (:data:`OFT_TWINS`), with its settings
