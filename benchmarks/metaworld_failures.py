@@ -10,9 +10,9 @@ start, closest, last), the hand's offset from the object at its closest approach
 goal (state) and the object (cameras only) over episodes. Writes ``failures.json`` and ``failures.md`` into
 ``--output_dir``; and ``curves.md``: the policy's validation successes per task at every checkpoint its recipe
 scored and its mean training loss per 500 steps (from the ``evaluation.json`` and ``training_curve.csv`` beside
-``--vla_path``; ``--curves_only true`` writes only these, without running episodes). ``--setting`` traces the policy reduced by that
-setting (the expert is the same either way). Needs the metaworld extra and
-OSMesa for the episodes. Measures no time.
+``--vla_path``; ``--curves_only true`` writes only these, without running episodes). ``--setting`` traces the
+policy reduced by that setting (the expert is the same either way). Needs the metaworld extra and OSMesa for the
+episodes. Measures no time.
 """
 
 from __future__ import annotations

@@ -45,28 +45,28 @@ __all__ = ["PATCH", "main", "projected_merge"]
 def projected_merge() -> Iterator[None]:
     """Inside the block, the projector-site `diverse_merge` averages each group after the projector.
 
-    The projector-site reducer's ``merge_into`` leaves its (B * n, P, D) features and (B * n, P) groups for the
-    next projector call, which maps all P patches of every image and returns the (B, n * K, llm_dim) group means
-    in place of the projection of the K merged features it was given."""
+    The projector-site reducer's ``merge_into`` leaves its (B * n, P, D) features, (B * n, P) groups and the merged
+    tokens it returns; a projector call given exactly those merged tokens (B, n * K, D) maps all P patches of every
+    image instead and returns the (B, n * K, llm_dim) group means. Any other projector call (unreduced, or after a
+    backbone call whose output never reached the projector) clears what was left and runs as it is."""
     saved_merge, saved_forward = diverse_merge.merge_into, NativeProjector.forward
-    pending: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    pending: dict[str, torch.Tensor] = {}
 
     def merge_into(patches: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         owner = diverse_merge.nearest_owner(patches, idx)
-        pending.append((patches, owner, idx.shape[1]))
-        return group_means(patches, owner, idx.shape[1])
+        merged, sizes = group_means(patches, owner, idx.shape[1])
+        pending.update(patches=patches, owner=owner, merged=merged)
+        return merged, sizes
 
     def forward(self: NativeProjector, img_patches: torch.Tensor) -> torch.Tensor:
-        if not pending:
+        left = dict(pending)
+        pending.clear()
+        merged = left.get("merged")
+        if merged is None or img_patches.numel() != merged.numel() or \
+                not torch.equal(img_patches.reshape(merged.shape), merged):
             return saved_forward(self, img_patches)
-        patches, owner, k = pending.pop()
-        if pending:
-            raise RuntimeError("two projector-site merges wait for one projector call")
-        b, tokens, _ = img_patches.shape
-        if patches.shape[0] * k != b * tokens:
-            raise RuntimeError(f"the projector got {tuple(img_patches.shape)}, the merge made {patches.shape[0]} x {k}")
-        means, _ = group_means(saved_forward(self, patches), owner, k)   # (B * n, K, llm_dim)
-        return means.reshape(b, tokens, -1)
+        means, _ = group_means(saved_forward(self, left["patches"]), left["owner"], merged.shape[1])
+        return means.reshape(*img_patches.shape[:2], -1)                  # (B * n, K, llm_dim) -> (B, n * K, llm_dim)
 
     diverse_merge.merge_into, NativeProjector.forward = merge_into, forward
     try:

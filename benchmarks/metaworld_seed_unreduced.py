@@ -51,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=Path, nargs="+", required=True, help="plain runs' episodes.jsonl")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        jobs = seed_journal(args.output_dir, json.loads(args.patch), args.sources)
+        patch = json.loads(args.patch)
     except json.JSONDecodeError as err:
         parser.error(f"--patch {args.patch!r}: not JSON ({err})")
-    except (ValueError, OSError) as err:
+    try:
+        jobs = seed_journal(args.output_dir, patch, args.sources)
+    except (ValueError, OSError) as err:   # a source's unreadable JSON too (JSONDecodeError is a ValueError)
         parser.error(str(err))
     print(f"{args.output_dir / JOURNAL}: {jobs} unreduced jobs")
     return 0

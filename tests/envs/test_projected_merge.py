@@ -87,3 +87,20 @@ def test_a_folder_journaled_without_the_patch_is_refused_before_any_work(
         assert exit_info.value.code == 2
         assert needle in capsys.readouterr().err
     assert sorted(tmp_path.iterdir()) == before
+
+
+def test_a_merge_that_never_reached_the_projector_is_not_applied_later() -> None:
+    """A backbone call alone (as the recall measurement makes) leaves its groups behind; the next, unreduced,
+    projector call runs as it is and clears them."""
+    vla, px = two_camera_model()
+    with torch.no_grad():
+        full = vla.projector(vla.vision_backbone(px))
+        with script.projected_merge():
+            apply_token_reduction_spec(vla, "diverse_merge:0.25")
+            try:
+                with reduction_call(vla):
+                    vla.vision_backbone(px)                              # merged, never projected
+            finally:
+                remove_token_reduction(vla)
+            after = vla.embed_images(px)
+    torch.testing.assert_close(after, full, rtol=0, atol=0)
