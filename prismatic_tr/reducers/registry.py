@@ -26,6 +26,12 @@ class ScoreFn(Protocol):
     ) -> torch.Tensor: ...
 
 
+class GroupsFn(Protocol):
+    """``groups(patches (B, N, D), k) -> (B, k) representatives, ascending, and (B, N) group of each patch``."""
+
+    def __call__(self, patches: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 class ReduceFn(Protocol):
     """``reduce(patches (B, N, D), cfg, rng)``; ``rng`` is None, a key tensor (``uses_key``) or a
     ``torch.Generator`` (``uses_generator``)."""
@@ -52,6 +58,10 @@ class Strategy:
 
     ``merges``: each output token stands for several input tokens and ``reduce`` says how many
     (``ReductionOutput.sizes``); a site before a language model then weighs them so in attention.
+
+    ``groups`` (a merging strategy that makes its own groups, no ``score``): ``groups(patches (B, N, D), k) ->
+    (representatives (B, k) ascending, group of each patch (B, N) in 0 .. k - 1)``, what ``reduce`` averages; the
+    ``vision`` site makes its groups with it inside the towers.
     """
 
     name: str
@@ -61,6 +71,7 @@ class Strategy:
     uses_key: bool = False
     score: ScoreFn | None = None
     merges: bool = False
+    groups: GroupsFn | None = None
 
 
 _STRATEGIES: dict[str, Strategy] = {}
@@ -68,16 +79,18 @@ _STRATEGIES: dict[str, Strategy] = {}
 
 def register_strategy(
     name: str, count: Callable[[int, ReducerConfig], int], uses_generator: bool = False, uses_key: bool = False,
-    score: ScoreFn | None = None, merges: bool = False,
+    score: ScoreFn | None = None, merges: bool = False, groups: GroupsFn | None = None,
 ) -> Callable[[ReduceFn], ReduceFn]:
     """Decorator: register ``fn`` as the reduce function of strategy ``name`` (see :class:`Strategy`)."""
     if uses_generator and uses_key:
         raise ValueError(f"strategy {name!r}: choose one of uses_generator / uses_key, not both")
+    if groups is not None and (score is not None or not merges):
+        raise ValueError(f"strategy {name!r}: groups is for a merging strategy without a score")
 
     def deco(fn: ReduceFn) -> ReduceFn:
         if name in _STRATEGIES:
             raise ValueError(f"reduction strategy {name!r} is already registered")
-        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator, uses_key, score, merges)
+        _STRATEGIES[name] = Strategy(name, fn, count, uses_generator, uses_key, score, merges, groups)
         return fn
 
     return deco
@@ -97,6 +110,7 @@ def available_methods() -> list[str]:
 
 def selection_methods() -> list[str]:
     """Registered strategies that keep (or merge into) a subset of tokens by a per-token score
-    (``Strategy.score``), sorted: the ones a site that selects tokens itself (the ``vision`` site) can use."""
-    return sorted(name for name, s in _STRATEGIES.items() if s.score is not None)
+    (``Strategy.score``) or by groups of their own (``Strategy.groups``), sorted: the ones a site that selects
+    tokens itself (the ``vision`` site) can use."""
+    return sorted(name for name, s in _STRATEGIES.items() if s.score is not None or s.groups is not None)
 

@@ -28,6 +28,10 @@ column, ToMe's proportional attention; prefix tokens stand for one): their atten
 ``forward`` (:class:`_WeightedAttention`, removed exactly) that reads the pass's group sizes from the call's record
 (``CallRecord.towers``).
 
+A strategy that makes its own groups (``pair_merge``, ``Strategy.groups``: the most alike pairs merged first) makes
+them on the scoring tower's tokens after the cut block, its representatives the kept positions, and every tower is
+merged by those groups as above.
+
 ``diverse_merge_keys`` (:data:`KEYED_MERGE`, this site only) merges as ``diverse_merge`` does, but picks the cover
 on the keys the next block's attention computes from the cut block's output (all heads side by side,
 :func:`next_block_keys`) instead of on the tokens themselves; the groups are still made on the tokens. Token
@@ -215,6 +219,7 @@ class SharedSelectionHandle:
             if config.method == KEYED_MERGE else None
         self._keys = KeyStream(config.seed) if draws_at_random(config.method) else None
         self.merges = merges(config.method)
+        self._groups = None if config.method in OWN_SCORINGS else get_strategy(config.method).groups
         self._weighted: list[tuple[nn.Module, Any]] = []  # (attention module, its own instance forward or None)
         if self.merges:
             def current() -> CallRecord | None:  # a closure: torch 2.2's dynamo cannot call a bound method
@@ -256,6 +261,10 @@ class SharedSelectionHandle:
     def _select(self, tower: nn.Module, block: int, out: torch.Tensor) -> torch.Tensor:
         """The scoring tower: choose, remember and gather (B, P + N, C) -> (B, P + K, C)."""
         p = tower.num_prefix_tokens
+        if self._groups is not None:  # a strategy that makes its own groups (pair_merge): no scores, no cover
+            chosen, owner = self._groups(out[:, p:], self.kept)
+            kept, sizes = _merged(out, owner, self.kept, p)
+            return self._hand_on(chosen, None, owner, sizes, kept)
         log_weights = None
         if self.scorer is not None:
             log_weights = self.scorer.log_weights(out[:, p:])
@@ -274,12 +283,17 @@ class SharedSelectionHandle:
             kept, sizes = _merged(out, owner, self.kept, p)
         else:
             kept = gather_tokens(out, positions)
-        if self.on_select is not None:
-            self.on_select(chosen, sizes)
         gate = None
         if log_weights is not None and log_weights.requires_grad:  # training the scorer: the gate carries its loss
             gate = straight_through_gate(take_along(log_weights, chosen))
             kept = _gated(kept, gate, p)
+        return self._hand_on(chosen, gate, owner, sizes, kept)
+
+    def _hand_on(self, chosen: torch.Tensor, gate: torch.Tensor | None, owner: torch.Tensor | None,
+                 sizes: torch.Tensor | None, kept: torch.Tensor) -> torch.Tensor:
+        """Tell ``on_select``, leave the choice for the other towers and this pass's later blocks; ``kept``."""
+        if self.on_select is not None:
+            self.on_select(chosen, sizes)
         if len(self.towers) > 1 or self.merges:  # for the other towers and the later blocks of this pass
             self.records.begin().towers = TowersPass(chosen, gate, owner, sizes, {})
         return kept

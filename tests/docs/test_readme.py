@@ -201,11 +201,14 @@ def test_the_metaworld_rows_pair_each_setting_with_the_default_and_its_shipped_a
             rec = tested[setting]
             assert success.startswith(f"{100 * rec['successes'] / rec['episodes']:.1f} %"), setting
             assert speed.startswith(f"{speeds[setting]:.2f}x"), setting
-    variants = [(i, row) for i, row in enumerate(rows) if row[0].startswith("... with its cover on the next")]
-    assert [row[0].split("`")[1] for _, row in variants] == ["diverse_merge_keys"] * 3
-    for i, row in variants:  # after its setting's row: the keyed merge at the same keep, its own test and timing
+    variants = [(i, row) for i, row in enumerate(rows)
+                if row[0].startswith(("... with its cover on the next", "... with its groups grown"))]
+    assert [row[0].split("`")[1] for _, row in variants] == [
+        "pair_merge", "pair_merge", "diverse_merge_keys", "diverse_merge_keys", "diverse_merge_keys"]
+    for i, row in variants:  # after its setting's row: the variant at the same keep, its own test and timing
         setting = next(row[0] for row in reversed(rows[:i]) if not row[0].startswith("..."))  # after its adapter's
-        variant = METAWORLD_HEADLINE_VARIANTS[next(m for label, m, _ in METAWORLD_HEADLINE_ROWS if label == setting)]
+        merge = next(m for label, m, _ in METAWORLD_HEADLINE_ROWS if label == setting)
+        variant = next(v for v, label in METAWORLD_HEADLINE_VARIANTS[merge] if label == row[0])
         rec = tested[variant]
         assert row[1].startswith(f"{100 * rec['successes'] / rec['episodes']:.1f} %") and row[4:] == ["-", "-", "-"]
         assert row[3].startswith(f"{speeds[variant]:.2f}x")

@@ -542,3 +542,185 @@ def test_the_keep_half_thousand_episode_readme_equals_its_journal() -> None:
     repeated = [run[k][s] == table[k][s] for k in run for s in run[k] if s < 3_000_050]
     assert f"{sum(repeated):,} of its {len(repeated):,} episodes to the step, the other {len(repeated) - sum(repeated)}" \
            in readme
+
+
+def journal_outcomes(*journals: Path) -> dict[tuple[str, str], dict[int, tuple[str, int]]]:
+    """(setting, task) -> seed -> (outcome, steps), from MetaWorld run journals (``episodes.jsonl``), later ones
+    adding jobs."""
+    import json
+
+    out: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}
+    for journal in journals:
+        for r in map(json.loads, journal.read_text().splitlines()[1:]):
+            out[r["setting"], r["task"]] = {o["seed"]: (o["outcome"], o["steps"]) for o in r["outcomes"]}
+    return out
+
+
+def paired_cell(run: dict, setting: str, unreduced: dict | None = None,
+                seeds: tuple[int, int] = (0, 1 << 40)) -> tuple[int, int, str, int, int]:
+    """Successes, episodes, the paired change against unreduced (``+0.4 (-0.8 to +1.6)``), lost and won, over the
+    tasks ``unreduced`` (default: ``run``'s own ``none`` jobs) shares with ``run`` and the seeds in ``seeds``."""
+    from prismatic_tr.eval.intervals import paired_difference_interval
+
+    def points(x: float) -> str:
+        text = f"{100 * x:+.1f}"
+        return "0.0" if text in ("+0.0", "-0.0") else text
+
+    base = unreduced if unreduced is not None else run
+    a = b = c = d = 0
+    for (s, task), episodes in base.items():
+        if s != "none" or (setting, task) not in run:
+            continue
+        for seed, (outcome, _) in episodes.items():
+            if seeds[0] <= seed < seeds[1]:
+                u, r = outcome == "success", run[setting, task][seed][0] == "success"
+                a, b, c, d = a + (u and r), b + (u and not r), c + (r and not u), d + (not u and not r)
+    diff, lo, hi = paired_difference_interval(a, c, b, d)
+    return a + c, a + b + c + d, f"{points(diff)} ({points(lo)} to {points(hi)})", b, c
+
+
+def test_the_pair_merge_readmes_equal_their_journals() -> None:
+    """``validation_pair_merge/README.md`` and ``test_pair_merge_100/README.md``: every success count, paired change and
+    changed-outcome count recomputed from the journals; the experiment's patched runs and the plain ``pair_merge:0.5``
+    give the same outcomes on the same seeds (validation's hard four, the table's test seeds)."""
+    shipped = RESULTS / "metaworld" / "shipped"
+    val = journal_outcomes(shipped / "validation_pair_merge" / "hard" / "episodes.jsonl",
+                           shipped / "validation_pair_merge" / "others" / "episodes.jsonl")
+    hard50 = journal_outcomes(shipped / "validation_hard50" / "episodes.jsonl")
+    readme = " ".join((shipped / "validation_pair_merge" / "README.md").read_text().split())
+    hard = ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3")
+
+    def wins(run: dict, setting: str, tasks: tuple[str, ...] | None = None) -> list[int]:
+        return [sum(o == "success" for o, _ in run[setting, t].values()) for t in tasks or ()]
+
+    others = [t for s, t in val if s == "none" and t not in hard]
+    n_u, n_p = (sum(wins(val, s, tuple(others))) for s in ("none", "diverse_merge:0.5"))
+    wins_p, n, change, lost, won = paired_cell(val, "diverse_merge:0.5")
+    assert n == 500
+    assert (f"| unreduced | {wins_p - won + lost} | - | - | {' | '.join(map(str, wins(val, 'none', hard)))} | "
+            f"{n_u} |") in readme
+    assert (f"| `pair_merge:0.5` | {wins_p} | {change} | {lost} / {won} | "
+            f"{' | '.join(map(str, wins(val, 'diverse_merge:0.5', hard)))} | {n_p} |") in readme
+    _, _, _, c_lost, c_won = paired_cell(hard50, "diverse_merge:0.5")
+    assert (f"| `diverse_merge:0.5` (the hard four only, `../validation_hard50/`) | - | - | {c_lost} / {c_won} | "
+            f"{' | '.join(map(str, wins(hard50, 'diverse_merge:0.5', hard)))} | - |") in readme
+    for task in hard:  # the patched run is the plain setting, episode for episode
+        if ("pair_merge:0.5", task) in hard50:
+            assert hard50["pair_merge:0.5", task] == val["diverse_merge:0.5", task], task
+
+    test = journal_outcomes(shipped / "test_pair_merge_100" / "hard" / "episodes.jsonl",
+                            shipped / "test_pair_merge_100" / "others" / "episodes.jsonl")
+    cover = journal_outcomes(shipped / "test_keep0.5_100" / "episodes.jsonl")
+    readme = " ".join((shipped / "test_pair_merge_100" / "README.md").read_text().split())
+    halves = ((3_000_000, 3_000_050), (3_000_050, 3_000_100))
+    for label, run, setting in (("`diverse_merge:0.5`", cover, "diverse_merge:0.5"),
+                                ("`pair_merge:0.5`", test, "diverse_merge:0.5")):
+        cells = []
+        for seeds in halves:
+            k, n, change, _, _ = paired_cell(run, setting, cover, seeds)
+            cells.append(f"{k}/{n}, {change.split(' (')[0]}")
+        k, n, change, lost, won = paired_cell(run, setting, cover)
+        reach = sum(o == "success" for o, _ in run[setting, "reach-v3"].values())
+        row = f"| {label} | {cells[0]} | {cells[1]} | {k}/{n}, {change} | {lost} / {won} | {reach} |"
+        assert row in readme, row
+    unreduced = [paired_cell(cover, "none", cover, seeds)[0] for seeds in halves]
+    assert f"| unreduced | {unreduced[0]}/500 | {unreduced[1]}/500 | {sum(unreduced)}/1000, " in readme
+    for run, setting, words in ((test, "diverse_merge:0.5", "{} of the 1,000 episodes are the unreduced one step"),
+                                (cover, "diverse_merge:0.5", "(the cover's groups: {})")):
+        same = sum(run[setting, t][seed] == cover["none", t][seed] for s, t in cover if s == "none" for seed in cover[s, t])
+        assert words.format(same) in readme
+    table = journal_outcomes(shipped / "table" / "episodes.jsonl")
+    for (s, task), episodes in table.items():  # the table's plain pair_merge:0.5 is the experiment's, on its seeds
+        if s == "pair_merge:0.5":
+            assert episodes == {seed: test["diverse_merge:0.5", task][seed] for seed in episodes}, task
+
+
+def test_the_hard_four_validation_readme_equals_its_journal() -> None:
+    """``validation_hard50/README.md``: every row (successes, paired change, changed outcomes, per task) recomputed from
+    its journal, one row per setting the journal holds, and the prose's counts of changed outcomes."""
+    folder = RESULTS / "metaworld" / "shipped" / "validation_hard50"
+    run = journal_outcomes(folder / "episodes.jsonl")
+    readme = " ".join((folder / "README.md").read_text().split())
+    hard = ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3")
+    settings = list(dict.fromkeys(s for s, _ in run))
+    changed = {}
+    for setting in settings:
+        k, n, change, lost, won = paired_cell(run, setting)
+        per_task = " | ".join(str(sum(o == "success" for o, _ in run[setting, t].values())) for t in hard)
+        if setting == "none":
+            row = f"| unreduced | {k} | - | - | {per_task} |"
+        else:
+            row = f"| `{setting}` | {k} | {change} | {lost} / {won} | {per_task} |"
+        assert n == 200 and row in readme, row
+        changed[setting] = lost + won
+    assert (f"with {changed['pair_merge:0.5']} changed outcomes at each site where `diverse_merge` changed "
+            f"{changed['diverse_merge:0.5']} (projector) and {changed['vision:diverse_merge:0.5@0.25']} (vision)") in readme
+    assert changed["pair_merge:0.5"] == changed["vision:pair_merge:0.5@0.25"]
+
+
+def test_the_pair_merge_speed_readme_equals_its_files() -> None:
+    """``speed_pair_merge/README.md``: each ratio of its table is its run's end-to-end speed-up (marked slower under
+    1), the unreduced step's median and spread, and the reducer's share of the towers' time on cpu-bench-oft."""
+    import json
+
+    folder = RESULTS / "metaworld" / "shipped" / "speed_pair_merge"
+    readme = " ".join((folder / "README.md").read_text().split())
+    policy = {r["setting"]: r for r in json.loads((folder / "policy" / "results.json").read_text())["records"]}
+    bench = {r["setting"]: r for r in json.loads((folder / "cpu-bench-oft" / "results.json").read_text())["records"]}
+
+    def ratio(x: float) -> str:
+        return f"{x:.2f}x" + (" (slower)" if x < 1 else "")
+
+    rows = [r for r in re.findall(r"\| `([^`]+)` \|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|", readme) if r[0] in policy]
+    assert len(rows) == 12
+    for setting, on_policy, on_bench in rows:
+        assert on_policy.strip() == ratio(policy[setting]["predict_action_speedup"]), setting
+        assert on_bench.strip() == (ratio(bench[setting]["predict_action_speedup"]) if setting in bench else ""), setting
+    assert not any(r["noise_flag"] for r in bench.values())
+    none = policy["none"]
+    assert (f"Unreduced: {none['predict_action_ms']:.0f} ms (the policy; p10-p90 {none['predict_action_ms_p10']:.0f}-"
+            f"{none['predict_action_ms_p90']:.0f} ms)") in readme
+    for setting in ("pair_merge:0.5", "diverse_merge:0.5"):
+        share = 100 * bench[setting]["reducer_ms"] / bench[setting]["vision_ms"]
+        assert f"{share:.1f} % with `{setting}`" in readme or f"{share:.1f} % of the towers' time with `{setting}`" in readme
+
+
+def test_the_metaworld_pages_pair_merge_figures_equal_their_files() -> None:
+    """The figures docs/results/metaworld.md states of `pair_merge` in prose: validation's, the 1,000 test episodes',
+    the table's costs against issue 48's bounds, the vision site's door-open at keep 0.1 and the speed ratios."""
+    import json
+
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+    shipped = RESULTS / "metaworld" / "shipped"
+    val = journal_outcomes(shipped / "validation_pair_merge" / "hard" / "episodes.jsonl",
+                           shipped / "validation_pair_merge" / "others" / "episodes.jsonl")
+    k, _, _, lost, won = paired_cell(val, "diverse_merge:0.5")
+    assert f"({k} of 500 episodes against {k - won + lost} unreduced" in page
+    hard50 = journal_outcomes(shipped / "validation_hard50" / "episodes.jsonl")
+    counts = [paired_cell(hard50, s)[0] for s in ("pair_merge:0.5", "vision:pair_merge:0.5@0.25", "none")]
+    assert f"on the four hard tasks {counts[0]} and {counts[1]} of 200 at the projector and vision sites against {counts[2]}" in page
+    test = journal_outcomes(shipped / "test_pair_merge_100" / "hard" / "episodes.jsonl",
+                            shipped / "test_pair_merge_100" / "others" / "episodes.jsonl")
+    cover = journal_outcomes(shipped / "test_keep0.5_100" / "episodes.jsonl")
+    k, n, change, _, _ = paired_cell(test, "diverse_merge:0.5", cover)
+    unreduced = paired_cell(cover, "none")[0]
+    assert k == unreduced and f"{k}/{n}, as many as unreduced, {change.replace(' (', ' points (paired ')}" in page
+
+    def reach(run: dict, setting: str) -> int:
+        return sum(o == "success" for o, _ in run[setting, "reach-v3"].values())
+
+    assert (f"reach {reach(test, 'diverse_merge:0.5')} of 100 as unreduced where the cover's groups gave "
+            f"{reach(cover, 'diverse_merge:0.5')}") in page and reach(cover, "none") == reach(test, "diverse_merge:0.5")
+    table = journal_outcomes(shipped / "table" / "episodes.jsonl")
+    costs = {s: paired_cell(table, s)[2] for s in ("pair_merge:0.5", "vision:pair_merge:0.5@0.25", "pair_merge:0.25",
+                                                   "vision:pair_merge:0.25@0.25")}
+    plain = {s: c.lstrip("-") for s, c in costs.items()}
+    assert (f"keep 0.5 costs {plain['pair_merge:0.5'].replace(' (', ' points (')} at the projector site and "
+            f"{plain['vision:pair_merge:0.5@0.25']} at the vision site, within the 1-point bound, and keep 0.25 costs "
+            f"{plain['pair_merge:0.25']} and {plain['vision:pair_merge:0.25@0.25']}, within 3") in page
+    door = sum(o == "success" for o, _ in table["vision:pair_merge:0.1@0.25", "door-open-v3"].values())
+    assert f"(door-open {door} of 50)" in page
+    speed = {r["setting"]: r["predict_action_speedup"] for r in json.loads(
+        (shipped / "speed_pair_merge" / "policy" / "results.json").read_text())["records"]}
+    assert (f"`pair_merge:0.5` is {speed['pair_merge:0.5']:.2f}x against unreduced where `diverse_merge:0.5` is "
+            f"{speed['diverse_merge:0.5']:.2f}x") in page

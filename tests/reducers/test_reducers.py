@@ -17,7 +17,8 @@ GREEDY = ["diverse", "salient_diverse"]  # K steps of max-min selection
 UNROLLED = [*GREEDY, "diverse_merge"]  # those K steps unroll when compiled
 SELECTING = ["topk_magnitude", "attention_score", "random", "saliency", *GREEDY]
 SCORED = SELECTING + ["diverse_merge"]  # merging into the top-scored representatives
-METHODS = SCORED + ["spatial_pool"]
+GROUPED = ["pair_merge"]  # merging by groups of their own (no score)
+METHODS = SCORED + GROUPED + ["spatial_pool"]
 # (batch, patch tokens, channels, prefix tokens)
 SHAPES = [(1, 256, 2176, 0), (2, 256, 1152, 0), (3, 196, 32, 1), (2, 64, 16, 5)]
 RATIOS = [0.1, 0.25, 0.5, 0.75]
@@ -36,7 +37,8 @@ def features(b: int, n: int, d: int, p: int, dtype=torch.float32, seed: int = 0)
 
 def test_registry_lists_the_built_in_strategies():
     assert available_methods() == sorted(METHODS)
-    assert selection_methods() == sorted(SCORED), "every strategy but pooling keeps (or merges into) a subset by a score"
+    assert selection_methods() == sorted(SCORED + GROUPED), \
+        "every strategy but pooling keeps (or merges into) a subset, by a score or by groups of its own"
 
 
 @pytest.mark.parametrize("method,shape,ratio", list(itertools.product(METHODS, SHAPES, RATIOS)))
@@ -102,7 +104,7 @@ def test_gradients_flow_to_kept_features(method):
     if method in SELECTING:
         kept = torch.zeros(2, 64, dtype=torch.bool).scatter_(1, res.indices, True)
         assert bool((grad[:, 1:][kept] == 1).all()) and bool((grad[:, 1:][~kept] == 0).all())
-    elif method == "diverse_merge":  # every token is in one output's mean: 1 / its group's size, K in all
+    elif method in ("diverse_merge", *GROUPED):  # every token is in one output's mean: 1 / its group's size, K in all
         assert bool((grad[:, 1:] > 0).all())
         torch.testing.assert_close(grad[:, 1:, 0].sum(1), torch.full((2,), float(res.indices.shape[1])))
     else:
@@ -187,7 +189,10 @@ def test_bad_shapes_say_what_is_wrong():
 # a few elementwise ops and an argmax (<= 9) for each of the K - 1 = 127 picks after the first.
 OP_BUDGET = {"topk_magnitude": 1 + 6, "attention_score": 5 + 6, "spatial_pool": 9, "random": 12 + 6,
              "saliency": 8 + 6, "diverse": 17 + 9 * 127 + 6, "salient_diverse": 17 + 9 * 127 + 6,
-             "diverse_merge": 17 + 9 * 127 + 6 + 16}  # diverse, then the merge: normalise, bmm, argmax, 2 scatter-adds
+             "diverse_merge": 17 + 9 * 127 + 6 + 16,  # diverse, then the merge: normalise, bmm, argmax, 2 scatter-adds
+             # pair_merge: 3 rounds from 256 to 128 (each: the groups' means, one bmm, a top-k, the slots' remap),
+             # then the groups' means and the prefix
+             "pair_merge": 35 * 3 + 17}
 
 
 @pytest.mark.parametrize("method", METHODS)

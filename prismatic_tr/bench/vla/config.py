@@ -23,7 +23,8 @@ from prismatic_tr.vla.settings import DEFAULT_MERGE_SIZE, DEFAULT_METHODS
 # --full's projector methods: the default, then every other registered reducer (the selections measured since and
 # the seed design's four).
 FULL_METHODS = list(dict.fromkeys([DEFAULT_METHODS["projector"], "diverse", "salient_diverse", "diverse_merge",
-                                   "saliency", "topk_magnitude", "attention_score", "random", "spatial_pool"]))
+                                   "pair_merge", "saliency", "topk_magnitude", "attention_score", "random",
+                                   "spatial_pool"]))
 _PROJ, _VIS = DEFAULT_METHODS["projector"], DEFAULT_METHODS["vision"]
 # The main job: what a user needs to decide, within 10 minutes on 2 cores of either CPU kind, install included: the
 # default selection at keep 0.1 at each site where a shipped adapter wins the success back, the training-free keep
