@@ -166,3 +166,29 @@ def test_bad_settings_and_a_plain_runs_folder_are_refused_before_any_work(
     assert sorted(tmp_path.iterdir()) == before
     assert exit_code(["--extra", "--"]) == 2
     assert "unrecognized arguments before --: --extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["pair_merge:0.5", "vision:pair_merge:0.25@0.25"])
+def test_pair_merge_runs_on_openvla_and_comes_off_exactly(spec: str) -> None:
+    """On a native OpenVLA (the fused DINOv2 + SigLIP backbone, actions decoded token by token) at both sites: fewer
+    visual tokens reach the language model, the generated tokens' logits change, and removal restores the model."""
+    from prismatic_tr.vla import visual_token_count
+
+    vla = build_vla("tiny", seed=0)
+    inputs = make_inputs(vla)
+    state = {k: v.clone() for k, v in vla.state_dict().items()}
+
+    def logits() -> torch.Tensor:
+        with torch.no_grad():
+            return vla.generate(inputs["input_ids"], inputs["pixel_values"], max_new_tokens=3,
+                                return_logits=True).logits
+
+    before, tokens = logits(), visual_token_count(vla)
+    apply_token_reduction_spec(vla, spec)
+    try:
+        assert visual_token_count(vla) < tokens
+        assert not torch.equal(logits(), before)
+    finally:
+        remove_token_reduction(vla)
+    torch.testing.assert_close(logits(), before, rtol=0, atol=0)
+    assert all(torch.equal(v, state[k]) for k, v in vla.state_dict().items())
