@@ -613,8 +613,11 @@ def test_the_pair_merge_readmes_equal_their_journals() -> None:
     cover = journal_outcomes(shipped / "test_keep0.5_100" / "episodes.jsonl")
     readme = " ".join((shipped / "test_pair_merge_100" / "README.md").read_text().split())
     halves = ((3_000_000, 3_000_050), (3_000_050, 3_000_100))
+    vision = journal_outcomes(shipped / "test_pair_merge_100" / "vision" / "episodes.jsonl")
     for label, run, setting in (("`diverse_merge:0.5`", cover, "diverse_merge:0.5"),
-                                ("`pair_merge:0.5`", test, "diverse_merge:0.5")):
+                                ("`pair_merge:0.5`", test, "diverse_merge:0.5"),
+                                ("`vision:diverse_merge:0.5@0.25`", cover, "vision:diverse_merge:0.5@0.25"),
+                                ("`vision:pair_merge:0.5@0.25`", vision, "vision:pair_merge:0.5@0.25")):
         cells = []
         for seeds in halves:
             k, n, change, _, _ = paired_cell(run, setting, cover, seeds)
@@ -623,6 +626,9 @@ def test_the_pair_merge_readmes_equal_their_journals() -> None:
         reach = sum(o == "success" for o, _ in run[setting, "reach-v3"].values())
         row = f"| {label} | {cells[0]} | {cells[1]} | {k}/{n}, {change} | {lost} / {won} | {reach} |"
         assert row in readme, row
+    assert vision["none", "reach-v3"] == cover["none", "reach-v3"]  # the unreduced jobs are the same run's
+    k, _, change, _, _ = paired_cell(vision, "vision:pair_merge:0.5@0.25", cover)
+    assert f"solves {k} of the 1,000, {change.lstrip('-').split(' (')[0]} points under unreduced (paired {change.split(' (')[1].rstrip(')')}:" in readme
     unreduced = [paired_cell(cover, "none", cover, seeds)[0] for seeds in halves]
     assert f"| unreduced | {unreduced[0]}/500 | {unreduced[1]}/500 | {sum(unreduced)}/1000, " in readme
     for run, setting, words in ((test, "diverse_merge:0.5", "{} of the 1,000 episodes are the unreduced one step"),
@@ -724,3 +730,14 @@ def test_the_metaworld_pages_pair_merge_figures_equal_their_files() -> None:
         (shipped / "speed_pair_merge" / "policy" / "results.json").read_text())["records"]}
     assert (f"`pair_merge:0.5` is {speed['pair_merge:0.5']:.2f}x against unreduced where `diverse_merge:0.5` is "
             f"{speed['diverse_merge:0.5']:.2f}x") in page
+
+
+def test_the_metaworld_pages_vision_pair_merge_thousand_figure_equals_its_journal() -> None:
+    """The page's figure of `vision:pair_merge:0.5@0.25` on the 1,000 test episodes is its journal's."""
+    shipped = RESULTS / "metaworld" / "shipped"
+    page = " ".join((ROOT / "docs" / "results" / "metaworld.md").read_text().split())
+    cover = journal_outcomes(shipped / "test_keep0.5_100" / "episodes.jsonl")
+    vision = journal_outcomes(shipped / "test_pair_merge_100" / "vision" / "episodes.jsonl")
+    k, n, change, _, _ = paired_cell(vision, "vision:pair_merge:0.5@0.25", cover)
+    cost, interval = change.lstrip("-").split(" (")
+    assert f"`vision:pair_merge:0.5@0.25` {k}/{n}, {cost} points under, paired {interval}" in page
